@@ -1,0 +1,78 @@
+"""django-workhorse: a durable PostgreSQL job queue for Django with idempotent enqueue."""
+
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING, Any
+
+from django_workhorse.exceptions import (
+    EnqueueIdempotencyConflictError,
+    EnqueueValidationError,
+    JobDoesNotExist,
+    WorkhorseError,
+)
+from django_workhorse.retry import RetryPolicy
+from django_workhorse.types import (
+    Debounce,
+    EnqueueOptions,
+    EnqueueOutcome,
+    EnqueueRequest,
+    EnqueueResult,
+    Idempotency,
+    JobId,
+    NonReplaceableReason,
+    Throttle,
+    Unique,
+)
+
+if TYPE_CHECKING:
+    from django_workhorse.enqueuing import enqueue, enqueue_many, enqueue_with_result
+    from django_workhorse.maintenance import prune_expired_bindings, purge
+
+try:
+    __version__ = version("django-workhorse")
+except PackageNotFoundError:  # pragma: no cover (running from a source tree)
+    __version__ = "0.0.0"
+
+# Functions that touch models are imported lazily, so `import django_workhorse` works before
+# Django's app registry is ready (settings modules import it for the value objects).
+_LAZY = {
+    "enqueue": "django_workhorse.enqueuing",
+    "enqueue_with_result": "django_workhorse.enqueuing",
+    "enqueue_many": "django_workhorse.enqueuing",
+    "purge": "django_workhorse.maintenance",
+    "prune_expired_bindings": "django_workhorse.maintenance",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'django_workhorse' has no attribute {name!r}")
+
+
+__all__ = [
+    "Debounce",
+    "EnqueueIdempotencyConflictError",
+    "EnqueueOptions",
+    "EnqueueOutcome",
+    "EnqueueRequest",
+    "EnqueueResult",
+    "EnqueueValidationError",
+    "Idempotency",
+    "JobDoesNotExist",
+    "JobId",
+    "NonReplaceableReason",
+    "RetryPolicy",
+    "Throttle",
+    "Unique",
+    "WorkhorseError",
+    "__version__",
+    "enqueue",
+    "enqueue_many",
+    "enqueue_with_result",
+    "prune_expired_bindings",
+    "purge",
+]

@@ -1,0 +1,51 @@
+"""System checks: PostgreSQL only, and settings within their bounds."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from django.apps import AppConfig
+from django.conf import settings
+from django.core.checks import CheckMessage, Error, Tags, register
+from django.db import connections
+
+from django_workhorse import conf
+
+
+@register(Tags.database)
+def check_database(
+    app_configs: Sequence[AppConfig] | None = None, databases: Sequence[str] | None = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """Every database alias the checks run for must be PostgreSQL (workhorse.E001)."""
+    errors: list[CheckMessage] = []
+    for alias in databases or []:
+        if connections[alias].vendor != "postgresql":
+            errors.append(
+                Error(
+                    f"django-workhorse needs PostgreSQL; database {alias!r} is {connections[alias].vendor}.",
+                    hint="Use the django.db.backends.postgresql engine (PostgreSQL 13+, psycopg 3).",
+                    id="workhorse.E001",
+                )
+            )
+    return errors
+
+
+@register
+def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[CheckMessage]:
+    """WORKHORSE_* settings must have the right type and stay within bounds (workhorse.E002, E003)."""
+    errors: list[CheckMessage] = []
+    size = getattr(settings, "WORKHORSE_MAX_PAYLOAD_BYTES", conf.DEFAULT_MAX_PAYLOAD_BYTES)
+    if not isinstance(size, int) or isinstance(size, bool) or not 1 <= size <= conf.MAX_PAYLOAD_BYTES_LIMIT:
+        errors.append(
+            Error(
+                f"WORKHORSE_MAX_PAYLOAD_BYTES must be an integer in 1..{conf.MAX_PAYLOAD_BYTES_LIMIT}, got {size!r}.",
+                id="workhorse.E002",
+            )
+        )
+    channel = getattr(settings, "WORKHORSE_NOTIFY_CHANNEL", conf.DEFAULT_NOTIFY_CHANNEL)
+    if not isinstance(channel, str) or not 1 <= len(channel.encode()) <= 63:
+        errors.append(
+            Error(f"WORKHORSE_NOTIFY_CHANNEL must be a string of 1..63 bytes, got {channel!r}.", id="workhorse.E003")
+        )
+    return errors

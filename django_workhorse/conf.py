@@ -1,0 +1,55 @@
+"""The one settings object, and the bounds every input is checked against.
+
+Settings are read from ``django.conf.settings`` at access time (``WORKHORSE_<NAME>``), never copied
+at import, so ``override_settings`` works in tests.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.conf import settings as django_settings
+
+MiB = 1024 * 1024
+
+MAX_KEY_BYTES = 512
+MAX_SCOPE_BYTES = 256
+MIN_KEY_TTL = timedelta(milliseconds=1)
+MAX_KEY_TTL = timedelta(days=365)
+MIN_TIMEOUT = timedelta(milliseconds=1)
+MAX_TIMEOUT = timedelta(days=365)
+MAX_DELAY = timedelta(days=365)
+MIN_PRIORITY, MAX_PRIORITY = 0, 100
+MIN_ATTEMPTS, MAX_ATTEMPTS = 1, 100
+DEFAULT_MAX_ATTEMPTS = 25
+MAX_TAGS = 20
+MAX_TAG_CHARS = 100
+MAX_QUEUE_CHARS = 100
+MAX_JOB_TYPE_CHARS = 255
+MAX_CONCURRENCY_KEY_BYTES = 256
+MAX_BATCH_SIZE = 1000
+DEFAULT_MAX_PAYLOAD_BYTES = 1 * MiB
+MAX_PAYLOAD_BYTES_LIMIT = 16 * MiB
+DEFAULT_NOTIFY_CHANNEL = "workhorse"
+
+
+class WorkhorseSettings:
+    """Typed access to the ``WORKHORSE_*`` settings, with their defaults."""
+
+    @property
+    def MAX_PAYLOAD_BYTES(self) -> int:  # noqa: N802 (mirrors the setting name)
+        """Largest serialized payload accepted, in bytes (1 MiB; at most 16 MiB)."""
+        return getattr(django_settings, "WORKHORSE_MAX_PAYLOAD_BYTES", DEFAULT_MAX_PAYLOAD_BYTES)
+
+    @property
+    def NOTIFY_CHANNEL(self) -> str:  # noqa: N802
+        """The LISTEN/NOTIFY channel that announces accepted ready work."""
+        return getattr(django_settings, "WORKHORSE_NOTIFY_CHANNEL", DEFAULT_NOTIFY_CHANNEL)
+
+    @property
+    def PREPARED_STATEMENTS(self) -> bool:  # noqa: N802
+        """Run the enqueue statements as server-side prepared statements (turn off for PgBouncer < 1.21)."""
+        return getattr(django_settings, "WORKHORSE_PREPARED_STATEMENTS", True)
+
+
+app_settings = WorkhorseSettings()

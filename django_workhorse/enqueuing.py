@@ -1,0 +1,190 @@
+"""Enqueue: validate, fingerprint, insert in one statement, translate what PostgreSQL decided.
+
+The unique constraint on ``(scope, key_hash)`` arbitrates racing producers; Python only reads the
+outcome. A replay writes nothing, so a conflict raised here leaves the caller's transaction usable.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from django.db import router, transaction
+
+from django_workhorse import conf, sql
+from django_workhorse.conf import app_settings
+from django_workhorse.exceptions import EnqueueIdempotencyConflictError, EnqueueValidationError, WorkhorseError
+from django_workhorse.fingerprint import differing_fields
+from django_workhorse.models import Job
+from django_workhorse.types import EnqueueOptions, EnqueueOutcome, EnqueueRequest, EnqueueResult, JobId
+from django_workhorse.validation import PreparedJob, prepare, resolve_options
+
+# A key can change hands between our statements (expired and taken over, pruned, purged); each
+# round re-reads it. Needing more than a few rounds means something is badly wrong.
+MAX_ROUNDS = 8
+
+
+def enqueue(
+    job_type: str,
+    payload: Any = None,
+    options: EnqueueOptions | None = None,
+    *,
+    using: str | None = None,
+    **option_kwargs: Any,
+) -> JobId:
+    """Enqueue a job and return its id, or the id of the job that already owns this request's key.
+
+    Options are keyword arguments (``queue``, ``priority``, ``run_at``, ``delay``, ``tags``,
+    ``max_attempts``, ``retry_policy``, ``deadline``, ``timeout``, ``concurrency_key`` and at most
+    one keyed mode such as ``idempotency=Idempotency(key, scope)``) or one ``EnqueueOptions`` value;
+    keywords override it. The job joins the caller's transaction and vanishes if it rolls back.
+
+    Raise ``EnqueueValidationError`` for an argument out of bounds and
+    ``EnqueueIdempotencyConflictError`` when a live key was accepted for a different request.
+    """
+    return enqueue_with_result(job_type, payload, options, using=using, **option_kwargs).job_id
+
+
+def enqueue_with_result(
+    job_type: str,
+    payload: Any = None,
+    options: EnqueueOptions | None = None,
+    *,
+    using: str | None = None,
+    **option_kwargs: Any,
+) -> EnqueueResult:
+    """Enqueue a job like :func:`enqueue`, returning the job id and the outcome (accepted, replayed…)."""
+    request = prepare(job_type, payload, resolve_options(options, option_kwargs))
+    return _submit([request], _alias(using), batch=False)[0]
+
+
+def enqueue_many(requests: Sequence[EnqueueRequest], *, using: str | None = None) -> list[EnqueueResult]:
+    """Enqueue up to 1,000 requests in one round trip where possible; results follow input order.
+
+    A key repeated inside the batch maps to one job. Any conflict rolls the whole batch back and
+    names the offending ordinal (its 0-based position in ``requests``).
+    """
+    if len(requests) > conf.MAX_BATCH_SIZE:
+        raise EnqueueValidationError(
+            field="requests", bound=f"at most {conf.MAX_BATCH_SIZE} requests", value=f"{len(requests)} requests"
+        )
+    return _submit(
+        [_prepare_entry(ordinal, entry) for ordinal, entry in enumerate(requests)], _alias(using), batch=True
+    )
+
+
+def _prepare_entry(ordinal: int, entry: Any) -> PreparedJob:
+    if not isinstance(entry, EnqueueRequest):
+        raise EnqueueValidationError(
+            field="requests", bound="EnqueueRequest values", value=type(entry).__name__, ordinal=ordinal
+        )
+    try:
+        return prepare(entry.job_type, entry.payload, resolve_options(entry.options, {}))
+    except EnqueueValidationError as exc:
+        raise exc.for_ordinal(ordinal) from exc
+
+
+def _alias(using: str | None) -> str:
+    return using or router.db_for_write(Job)
+
+
+def _submit(requests: list[PreparedJob], alias: str, *, batch: bool) -> list[EnqueueResult]:
+    if not requests:
+        return []
+    firsts, repeats = _split_repeats(requests)
+    results: dict[int, EnqueueResult] = {}
+    with _undo_on_error(alias, needed=len(firsts) > 1 and any(r.binding for r in requests)):
+        _settle(alias, {ordinal: requests[ordinal] for ordinal in firsts}, results, batch=batch)
+        for ordinal, first in repeats.items():
+            results[ordinal] = _repeat_of(ordinal, requests[ordinal], requests[first], results[first])
+    return [results[ordinal] for ordinal in range(len(requests))]
+
+
+@contextlib.contextmanager
+def _undo_on_error(alias: str, *, needed: bool) -> Iterator[None]:
+    # A keyed batch may accept some rows before a later row conflicts: a savepoint (or, outside
+    # a transaction, a transaction) undoes them. A single request writes at most one statement.
+    if needed:
+        with transaction.atomic(using=alias):
+            yield
+    else:
+        yield
+
+
+def _split_repeats(requests: list[PreparedJob]) -> tuple[list[int], dict[int, int]]:
+    """Return the ordinals to submit and, for each repeat of a key inside the batch, its first ordinal."""
+    first_of: dict[tuple[str, bytes], int] = {}
+    firsts: list[int] = []
+    repeats: dict[int, int] = {}
+    for ordinal, request in enumerate(requests):
+        if request.binding is None:
+            firsts.append(ordinal)
+        elif request.binding.slot in first_of:
+            repeats[ordinal] = first_of[request.binding.slot]
+        else:
+            first_of[request.binding.slot] = ordinal
+            firsts.append(ordinal)
+    return firsts, repeats
+
+
+def _settle(alias: str, pending: dict[int, PreparedJob], results: dict[int, EnqueueResult], *, batch: bool) -> None:
+    """Submit ``pending`` until every request is accepted, replayed or found in conflict."""
+    channel = app_settings.NOTIFY_CHANNEL
+    for _ in range(MAX_ROUNDS):
+        rows = sql.enqueue_rows(alias, list(pending.items()), channel)
+        for ordinal, job_id in rows.accepted.items():
+            results[ordinal] = EnqueueResult(job_id, EnqueueOutcome.ACCEPTED)
+        existing = rows.existing
+        unseen = [(o, r) for o, r in pending.items() if o not in results and o not in existing]
+        if unseen:  # taken by a transaction that committed after our statement's snapshot
+            existing = {**existing, **sql.find_bindings(alias, unseen)}
+        retry: dict[int, PreparedJob] = {}
+        for ordinal, binding in sorted(existing.items(), key=lambda item: pending[item[0]].binding.slot):  # type: ignore[union-attr]
+            request = pending[ordinal]
+            if not binding.expired:
+                results[ordinal] = _replay_or_conflict(request, binding, ordinal if batch else None)
+            elif (new_id := sql.take_over(alias, ordinal, request, channel)) is not None:
+                results[ordinal] = EnqueueResult(new_id, EnqueueOutcome.ACCEPTED)
+            else:
+                retry[ordinal] = request
+        retry.update((o, r) for o, r in unseen if o not in existing)  # the binding vanished meanwhile
+        if not retry:
+            return
+        pending = retry
+    raise WorkhorseError(f"enqueue did not settle after {MAX_ROUNDS} rounds; the keys keep changing hands")
+
+
+def _replay_or_conflict(request: PreparedJob, existing: sql.ExistingBinding, ordinal: int | None) -> EnqueueResult:
+    binding = request.binding
+    assert binding is not None
+    if existing.mode == binding.mode and existing.request_digest == binding.request_digest:
+        return EnqueueResult(existing.job_id, EnqueueOutcome.REPLAYED)
+    fields = (
+        ["mode"] if existing.mode != binding.mode else differing_fields(existing.field_digests, binding.field_digests)
+    )
+    raise EnqueueIdempotencyConflictError(
+        job_id=existing.job_id,
+        mode=existing.mode,
+        scope=binding.scope,
+        conflicting_fields=fields,
+        key_preview=binding.key_preview,
+        key_digest=binding.key_digest,
+        stored_request_digest=existing.request_digest.hex(),
+        rejected_request_digest=binding.request_digest.hex(),
+        ordinal=ordinal,
+    )
+
+
+def _repeat_of(ordinal: int, request: PreparedJob, first: PreparedJob, first_result: EnqueueResult) -> EnqueueResult:
+    """Resolve a key repeated inside one batch against the row that first carried it."""
+    assert request.binding is not None and first.binding is not None
+    existing = sql.ExistingBinding(
+        ordinal=ordinal,
+        job_id=first_result.job_id,
+        mode=first.binding.mode,
+        request_digest=first.binding.request_digest,
+        field_digests=first.binding.field_digests,
+        expired=False,
+    )
+    return _replay_or_conflict(request, existing, ordinal)

@@ -1,0 +1,74 @@
+"""Every error django-workhorse raises on purpose."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from django.core.exceptions import ObjectDoesNotExist
+
+
+class WorkhorseError(Exception):
+    """Base class of django-workhorse errors; do not raise directly."""
+
+
+class EnqueueValidationError(WorkhorseError, ValueError):
+    """An enqueue argument is out of its bounds; nothing was written."""
+
+    def __init__(self, *, field: str, bound: str, value: Any = None, ordinal: int | None = None) -> None:
+        self.field = field
+        self.bound = bound
+        self.value = value
+        self.ordinal = ordinal
+        where = f" (batch ordinal {ordinal})" if ordinal is not None else ""
+        shown = "" if value is None else f", got {_short_repr(value)}"
+        super().__init__(f"{field} must be {bound}{shown}{where}")
+
+    def for_ordinal(self, ordinal: int) -> EnqueueValidationError:
+        """Return a copy of this error that names its position in a batch."""
+        return EnqueueValidationError(field=self.field, bound=self.bound, value=self.value, ordinal=ordinal)
+
+
+class EnqueueIdempotencyConflictError(WorkhorseError):
+    """A live key was reused for a materially different request.
+
+    The error names the job that owns the key and the fields that differ; it never carries the raw
+    key or payload. Nothing was written: catching it leaves the caller's transaction usable.
+    """
+
+    def __init__(
+        self,
+        *,
+        job_id: int,
+        mode: str,
+        scope: str,
+        conflicting_fields: Sequence[str],
+        key_preview: str,
+        key_digest: str,
+        stored_request_digest: str,
+        rejected_request_digest: str,
+        ordinal: int | None = None,
+    ) -> None:
+        self.job_id = job_id
+        self.mode = mode
+        self.scope = scope
+        self.conflicting_fields = tuple(conflicting_fields)
+        self.key_preview = key_preview
+        self.key_digest = key_digest
+        self.stored_request_digest = stored_request_digest
+        self.rejected_request_digest = rejected_request_digest
+        self.ordinal = ordinal
+        where = f" (batch ordinal {ordinal})" if ordinal is not None else ""
+        super().__init__(
+            f"{mode} key {key_preview} [{key_digest}] in scope {scope!r} is owned by job {job_id}; "
+            f"this request differs in {', '.join(self.conflicting_fields)}{where}"
+        )
+
+
+class JobDoesNotExist(WorkhorseError, ObjectDoesNotExist):  # noqa: N818 (Django naming)
+    """No job has the given id."""
+
+
+def _short_repr(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"

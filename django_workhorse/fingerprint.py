@@ -1,0 +1,67 @@
+"""Pure functions: key hashing, display previews, canonical JSON and request fingerprints.
+
+Raw keys never leave this module: callers keep the SHA-256 of ``scope + "\\x1f" + key``, a bounded
+preview and a 12-hex digest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from django.core.serializers.json import DjangoJSONEncoder
+
+KEY_HASH_SEPARATOR = "\x1f"
+DIGEST_HEX_CHARS = 12
+FIELD_DIGEST_HEX_CHARS = 16
+PREVIEW_MASK = "•"
+PREVIEW_ELLIPSIS = "…"
+
+
+def key_hash(scope: str, key: str) -> bytes:
+    """Return SHA-256 of ``scope + "\\x1f" + key`` (UTF-8): the only form a key is stored in."""
+    return hashlib.sha256((scope + KEY_HASH_SEPARATOR + key).encode()).digest()
+
+
+def key_digest(hashed: bytes) -> str:
+    """Return the 12-hex digest shown to operators and used to search for a key."""
+    return hashed.hex()[:DIGEST_HEX_CHARS]
+
+
+def key_preview(key: str) -> str:
+    """Return a bounded preview: 1-4 characters masked, 5-8 as ``ab…yz``, longer as ``abcdefgh…wxyz``."""
+    if len(key) <= 4:
+        return PREVIEW_MASK * len(key)
+    if len(key) <= 8:
+        return key[:2] + PREVIEW_ELLIPSIS + key[-2:]
+    return key[:8] + PREVIEW_ELLIPSIS + key[-4:]
+
+
+def canonical_json(value: Any) -> str:
+    """Serialize ``value`` canonically: sorted keys, no spaces, UTF-8 text, no NaN.
+
+    Raise ``TypeError`` or ``ValueError`` if ``value`` is not JSON-serializable.
+    """
+    return json.dumps(
+        value, cls=DjangoJSONEncoder, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    )
+
+
+def digest_fields(canonical_fields: Mapping[str, str]) -> dict[str, str]:
+    """Return a short digest of each field's canonical JSON text."""
+    return {
+        name: hashlib.sha256(text.encode()).hexdigest()[:FIELD_DIGEST_HEX_CHARS]
+        for name, text in canonical_fields.items()
+    }
+
+
+def request_digest(field_digests: Mapping[str, str]) -> bytes:
+    """Return the digest of a whole request: equal digests mean an equivalent request."""
+    return hashlib.sha256(canonical_json(dict(field_digests)).encode()).digest()
+
+
+def differing_fields(stored: Mapping[str, str], requested: Mapping[str, str]) -> list[str]:
+    """Return the names of fields present in only one request or digested differently."""
+    return sorted(name for name in stored.keys() | requested.keys() if stored.get(name) != requested.get(name))

@@ -1,0 +1,207 @@
+"""Jobs, the bindings that give keyed requests their owner, and the job history.
+
+Constraint and index names are module constants: ``enqueuing.py`` and ``sql.py`` refer to them, so
+a rename cannot silently break the code that translates their violations.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.core.serializers.json import DjangoJSONEncoder
+from django.db import models
+from django.db.models.functions import Length
+
+from django_workhorse import conf
+from django_workhorse.fingerprint import key_digest
+from django_workhorse.types import KeyMode
+
+JOB_READY_IDX = "workhorse_job_ready_idx"
+JOB_PRIORITY_CHECK = "workhorse_job_priority_check"
+JOB_MAX_ATTEMPTS_CHECK = "workhorse_job_max_attempts_check"
+JOB_ATTEMPT_CHECK = "workhorse_job_attempt_check"
+JOB_STATUS_CHECK = "workhorse_job_status_check"
+JOB_TAGS_CHECK = "workhorse_job_tags_check"
+JOB_QUEUE_CHECK = "workhorse_job_queue_check"
+JOB_TYPE_CHECK = "workhorse_job_type_check"
+JOB_CONCURRENCY_KEY_CHECK = "workhorse_job_concurrency_key_check"
+BINDING_KEY_UNIQ = "workhorse_binding_scope_key_hash_uniq"
+BINDING_EXPIRES_IDX = "workhorse_binding_expires_idx"
+BINDING_KEY_HASH_CHECK = "workhorse_binding_key_hash_check"
+BINDING_SCOPE_CHECK = "workhorse_binding_scope_check"
+BINDING_MODE_CHECK = "workhorse_binding_mode_check"
+# The identity sequence PostgreSQL creates for workhorse_job.id; enqueue draws ids from it
+# before inserting so that a binding and its job can be written in one statement.
+JOB_ID_SEQUENCE = "workhorse_job_id_seq"
+
+
+def _octet_length(field: str) -> models.Func:
+    return models.Func(models.F(field), function="octet_length", output_field=models.IntegerField())
+
+
+class JobStatus(models.TextChoices):
+    """Where a job is in its life. ``succeeded``, ``dead`` and ``cancelled`` are terminal."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    DEAD = "dead"
+    CANCELLED = "cancelled"
+
+
+TERMINAL_STATUSES = (JobStatus.SUCCEEDED, JobStatus.DEAD, JobStatus.CANCELLED)
+
+
+class EventKind(models.TextChoices):
+    """What a job event records."""
+
+    ENQUEUED = "enqueued"
+    CLAIMED = "claimed"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    RETRY_SCHEDULED = "retry_scheduled"
+    LEASE_EXPIRED = "lease_expired"
+    DEAD = "dead"
+    CANCELLED = "cancelled"
+    REDRIVEN = "redriven"
+    CHECKPOINT_SAVED = "checkpoint_saved"
+    PURGED = "purged"
+
+
+class Job(models.Model):
+    """A unit of work: a job type, a JSON payload and how to run it."""
+
+    job_type = models.CharField(max_length=conf.MAX_JOB_TYPE_CHARS)
+    queue = models.CharField(max_length=conf.MAX_QUEUE_CHARS, default="default")
+    payload = models.JSONField(encoder=DjangoJSONEncoder, null=True)
+    status = models.CharField(max_length=16, choices=JobStatus.choices, default=JobStatus.QUEUED)
+    priority = models.SmallIntegerField(default=0, help_text="0..100, higher runs first.")
+    run_at = models.DateTimeField()
+    attempt = models.IntegerField(default=0, help_text="Attempts started so far.")
+    max_attempts = models.SmallIntegerField(default=conf.DEFAULT_MAX_ATTEMPTS)
+    retry_policy = models.JSONField()
+    deadline = models.DateTimeField(null=True, blank=True)
+    timeout = models.DurationField(null=True, blank=True)
+    # NULL, not "", means "no key": the claim query groups by it.
+    concurrency_key = models.CharField(max_length=conf.MAX_CONCURRENCY_KEY_BYTES, null=True, blank=True)  # noqa: DJ001
+    tags = models.JSONField(default=list, blank=True, help_text="Sorted, distinct strings.")
+    created_at = models.DateTimeField()
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    lease_token = models.UUIDField(null=True, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    result = models.JSONField(encoder=DjangoJSONEncoder, null=True, blank=True)
+    last_error = models.TextField(blank=True, default="")
+
+    class Meta:
+        db_table = "workhorse_job"
+        indexes = [
+            # Matches the claim order exactly: queue, priority DESC, run_at, id.
+            models.Index(
+                "queue",
+                models.F("priority").desc(),
+                "run_at",
+                "id",
+                name=JOB_READY_IDX,
+                condition=models.Q(status=JobStatus.QUEUED),
+            ),
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(priority__gte=conf.MIN_PRIORITY, priority__lte=conf.MAX_PRIORITY),
+                name=JOB_PRIORITY_CHECK,
+            ),
+            models.CheckConstraint(
+                condition=models.Q(max_attempts__gte=conf.MIN_ATTEMPTS, max_attempts__lte=conf.MAX_ATTEMPTS),
+                name=JOB_MAX_ATTEMPTS_CHECK,
+            ),
+            models.CheckConstraint(condition=models.Q(attempt__gte=0), name=JOB_ATTEMPT_CHECK),
+            models.CheckConstraint(condition=models.Q(status__in=JobStatus.values), name=JOB_STATUS_CHECK),
+            models.CheckConstraint(
+                condition=models.lookups.LessThanOrEqual(
+                    models.Func(models.F("tags"), function="jsonb_array_length", output_field=models.IntegerField()),
+                    conf.MAX_TAGS,
+                ),
+                name=JOB_TAGS_CHECK,
+            ),
+            models.CheckConstraint(
+                condition=models.lookups.GreaterThanOrEqual(Length("queue"), 1), name=JOB_QUEUE_CHECK
+            ),
+            models.CheckConstraint(
+                condition=models.lookups.GreaterThanOrEqual(Length("job_type"), 1), name=JOB_TYPE_CHECK
+            ),
+            models.CheckConstraint(
+                condition=models.lookups.LessThanOrEqual(
+                    _octet_length("concurrency_key"), conf.MAX_CONCURRENCY_KEY_BYTES
+                ),
+                name=JOB_CONCURRENCY_KEY_CHECK,
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.job_type} #{self.pk}"
+
+
+class IdempotencyBinding(models.Model):
+    """Ownership of a scoped key by one job, in one keyed mode.
+
+    The unique constraint on ``(scope, key_hash)`` is the only arbiter of racing producers. The raw
+    key is never stored: only its hash, a bounded preview and, derived from the hash, a digest.
+    """
+
+    scope = models.CharField(max_length=conf.MAX_SCOPE_BYTES)
+    key_hash = models.BinaryField(max_length=32)
+    key_preview = models.CharField(max_length=16)
+    mode = models.CharField(max_length=16, choices=[(mode.value, mode.value) for mode in KeyMode])
+    request_digest = models.BinaryField(max_length=32)
+    field_digests = models.JSONField()
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="bindings")
+    created_at = models.DateTimeField()
+    expires_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "workhorse_binding"
+        verbose_name = "idempotency binding"
+        constraints = [
+            models.UniqueConstraint(fields=["scope", "key_hash"], name=BINDING_KEY_UNIQ),
+            models.CheckConstraint(
+                condition=models.lookups.Exact(_octet_length("key_hash"), 32), name=BINDING_KEY_HASH_CHECK
+            ),
+            models.CheckConstraint(
+                condition=models.Q(
+                    models.lookups.GreaterThanOrEqual(_octet_length("scope"), 1),
+                    models.lookups.LessThanOrEqual(_octet_length("scope"), conf.MAX_SCOPE_BYTES),
+                ),
+                name=BINDING_SCOPE_CHECK,
+            ),
+            models.CheckConstraint(condition=models.Q(mode__in=[mode.value for mode in KeyMode]), name=BINDING_MODE_CHECK),
+        ]
+        indexes = [models.Index(fields=["expires_at"], name=BINDING_EXPIRES_IDX)]
+
+    def __str__(self) -> str:
+        return f"{self.scope}:{self.key_preview} [{self.key_digest}]"
+
+    @property
+    def key_digest(self) -> str:
+        """The 12-hex digest of the key, for display and search."""
+        return key_digest(bytes(self.key_hash))
+
+    def is_expired(self, now: datetime) -> bool:
+        return self.expires_at is not None and self.expires_at <= now
+
+
+class JobEvent(models.Model):
+    """One transition in a job's history."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events")
+    kind = models.CharField(max_length=32, choices=EventKind.choices)
+    attempt = models.IntegerField(default=0)
+    at = models.DateTimeField()
+    details = models.JSONField(encoder=DjangoJSONEncoder, default=dict, blank=True)
+
+    class Meta:
+        db_table = "workhorse_job_event"
+        ordering = ["job", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.kind} (job {self.job_id})"

@@ -1,0 +1,293 @@
+"""Every raw SQL statement of django-workhorse, and the thin functions that run them.
+
+PostgreSQL-specific SQL lives here and nowhere else (a test enforces it). Each statement is a named
+constant with a comment saying what it does and which constraint or index it relies on. Parameters
+are always bound (``%(name)s``), never formatted in.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+import psycopg
+from django.db import connections
+from django.db.backends.utils import CursorWrapper
+
+from django_workhorse.conf import app_settings
+from django_workhorse.models import JOB_ID_SEQUENCE
+from django_workhorse.validation import PreparedJob
+
+# The request columns and their types, in the order the statements unpack them.
+_REQUEST_COLUMNS = (
+    ("ordinal", "int"), ("job_type", "text"), ("queue", "text"), ("payload", "text"),
+    ("priority", "int"), ("run_at", "timestamptz"), ("delay", "interval"), ("tags", "text"),
+    ("max_attempts", "int"), ("retry_policy", "text"), ("deadline", "timestamptz"),
+    ("timeout", "interval"), ("concurrency_key", "text"), ("scope", "text"), ("key_hash", "bytea"),
+    ("key_preview", "text"), ("mode", "text"), ("request_digest", "bytea"),
+    ("field_digests", "text"), ("lifetime", "interval"),
+)  # fmt: skip
+_COLUMNS = tuple(name for name, _ in _REQUEST_COLUMNS)
+# Job ids are drawn up front so a binding can name its job in the same statement.
+_DRAWN = f"nextval('{JOB_ID_SEQUENCE}') AS job_id, statement_timestamp() AS now"
+# One request as scalar parameters: planning a one-row statement is much cheaper than unnest.
+_ONE_REQUEST_CTE = "requests AS (SELECT {}, {})".format(
+    ", ".join(f"%({name})s::{kind} AS {name}" for name, kind in _REQUEST_COLUMNS), _DRAWN
+)
+# A batch as parallel arrays, one row per request: one round trip for the whole batch.
+_MANY_REQUESTS_CTE = "requests AS (SELECT r.*, {} FROM unnest({}) AS r({}))".format(
+    _DRAWN, ", ".join(f"%({name})s::{kind}[]" for name, kind in _REQUEST_COLUMNS), ", ".join(_COLUMNS)
+)
+
+# Insert the jobs whose request is unkeyed or whose binding was just written, their "enqueued"
+# events, and one NOTIFY per queue for work that is ready now (PostgreSQL delivers it at commit,
+# and drops it on rollback).
+_JOBS_CTES = """
+jobs AS (
+    INSERT INTO workhorse_job (
+        id, job_type, queue, payload, status, priority, run_at, attempt, max_attempts,
+        retry_policy, deadline, timeout, concurrency_key, tags, created_at, last_error)
+    SELECT job_id, job_type, queue, payload::jsonb, 'queued', priority,
+           coalesce(run_at, now + coalesce(delay, interval '0')), 0, max_attempts,
+           retry_policy::jsonb, deadline, timeout, concurrency_key,
+           tags::jsonb, now, ''
+    FROM requests
+    WHERE key_hash IS NULL OR job_id IN (SELECT job_id FROM bound)
+    RETURNING id, queue, run_at, created_at
+),
+events AS (
+    INSERT INTO workhorse_job_event (job_id, kind, attempt, at, details)
+    SELECT id, 'enqueued', 0, created_at, '{}'::jsonb FROM jobs
+),
+notified AS (
+    SELECT pg_notify(%(channel)s, queue)
+    FROM (SELECT DISTINCT queue FROM jobs WHERE run_at <= created_at) AS ready
+)"""
+
+# enqueue: write bindings (in (scope, key_hash) order, so two batches with overlapping keys take
+# them in the same order and cannot deadlock) and the jobs they own; a key already bound is left
+# alone (ON CONFLICT DO NOTHING on workhorse_binding_scope_key_hash_uniq, which waits for an
+# in-flight owner to commit or roll back). Returns one row per accepted request and one per
+# request whose existing binding this statement's snapshot can see.
+_ENQUEUE = """
+WITH {requests},
+bound AS (
+    INSERT INTO workhorse_binding (
+        scope, key_hash, key_preview, mode, request_digest, field_digests, job_id, created_at, expires_at)
+    SELECT scope, key_hash, key_preview, mode, request_digest, field_digests::jsonb, job_id, now, now + lifetime
+    FROM requests
+    WHERE key_hash IS NOT NULL
+    ORDER BY scope, key_hash
+    ON CONFLICT (scope, key_hash) DO NOTHING
+    RETURNING job_id
+),
+{jobs}
+SELECT requests.ordinal, requests.job_id, true, NULL::text, NULL::bytea, NULL::jsonb, NULL::boolean
+FROM requests JOIN jobs ON jobs.id = requests.job_id
+CROSS JOIN (SELECT count(*) FROM notified) AS notifications
+UNION ALL
+SELECT requests.ordinal, binding.job_id, false, binding.mode, binding.request_digest,
+       binding.field_digests, binding.expires_at <= requests.now
+FROM requests
+JOIN workhorse_binding AS binding USING (scope, key_hash)
+WHERE requests.job_id NOT IN (SELECT job_id FROM bound)
+"""
+ENQUEUE_ONE = _ENQUEUE.format(requests=_ONE_REQUEST_CTE, jobs=_JOBS_CTES)
+ENQUEUE_MANY = _ENQUEUE.format(requests=_MANY_REQUESTS_CTE, jobs=_JOBS_CTES)
+
+# take_over: rebind an expired key to a new job. The row lock of the UPDATE serializes racing
+# takers; one whose re-checked row is no longer expired gets no row back and starts over.
+TAKE_OVER = f"""
+WITH {_ONE_REQUEST_CTE},
+bound AS (
+    UPDATE workhorse_binding AS binding
+    SET key_preview = requests.key_preview, mode = requests.mode,
+        request_digest = requests.request_digest, field_digests = requests.field_digests::jsonb,
+        job_id = requests.job_id, created_at = requests.now, expires_at = requests.now + requests.lifetime
+    FROM requests
+    WHERE binding.scope = requests.scope AND binding.key_hash = requests.key_hash
+      AND binding.expires_at <= requests.now
+    RETURNING binding.job_id
+),
+{_JOBS_CTES}
+SELECT requests.ordinal, requests.job_id
+FROM requests JOIN jobs ON jobs.id = requests.job_id
+CROSS JOIN (SELECT count(*) FROM notified) AS notifications
+"""
+
+# find_bindings: read bindings by key in a fresh snapshot, for keys an ENQUEUE found taken by a
+# transaction that committed after its snapshot. Uses workhorse_binding_scope_key_hash_uniq.
+FIND_BINDINGS = """
+SELECT requests.ordinal, binding.job_id, binding.mode, binding.request_digest, binding.field_digests,
+       binding.expires_at <= statement_timestamp()
+FROM unnest(%(ordinal)s::int[], %(scope)s::text[], %(key_hash)s::bytea[]) AS requests(ordinal, scope, key_hash)
+JOIN workhorse_binding AS binding USING (scope, key_hash)
+"""
+
+# purge_queued: delete queued jobs of a queue (or by id), their events, and release their
+# bindings at once, in one statement. Running and finished jobs are left alone.
+PURGE_QUEUED = """
+WITH doomed AS (
+    SELECT id FROM workhorse_job
+    WHERE status = 'queued'
+      AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+      AND (%(job_ids)s::bigint[] IS NULL OR id = ANY(%(job_ids)s::bigint[]))
+    FOR UPDATE SKIP LOCKED
+),
+released AS (DELETE FROM workhorse_binding WHERE job_id IN (SELECT id FROM doomed)),
+history AS (DELETE FROM workhorse_job_event WHERE job_id IN (SELECT id FROM doomed))
+DELETE FROM workhorse_job WHERE id IN (SELECT id FROM doomed)
+"""
+
+# prune_expired_bindings: delete up to %(limit)s expired bindings; uses workhorse_binding_expires_idx.
+PRUNE_EXPIRED_BINDINGS = """
+DELETE FROM workhorse_binding
+WHERE id IN (
+    SELECT id FROM workhorse_binding
+    WHERE expires_at <= statement_timestamp()
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+"""
+
+
+@dataclass(frozen=True)
+class ExistingBinding:
+    """A binding found in the way of a request."""
+
+    ordinal: int
+    job_id: int
+    mode: str
+    request_digest: bytes
+    field_digests: dict[str, str]
+    expired: bool
+
+
+@dataclass
+class EnqueueRows:
+    """What ENQUEUE did: accepted ordinals with their job ids, and the bindings it saw."""
+
+    accepted: dict[int, int]
+    existing: dict[int, ExistingBinding]
+
+
+def enqueue_rows(alias: str, rows: Sequence[tuple[int, PreparedJob]], channel: str) -> EnqueueRows:
+    """Run ENQUEUE for ``(ordinal, request)`` pairs."""
+    result = EnqueueRows(accepted={}, existing={})
+    if len(rows) == 1:
+        statement, params = ENQUEUE_ONE, _one_request_params(rows[0], channel)
+    else:
+        statement, params = ENQUEUE_MANY, _request_params(rows, channel)
+    for row in _execute(alias, statement, params):
+        ordinal, job_id, accepted = row[0], row[1], row[2]
+        if accepted:
+            result.accepted[ordinal] = job_id
+        else:
+            result.existing[ordinal] = _existing(ordinal, (row[1], *row[3:]))
+    return result
+
+
+def take_over(alias: str, ordinal: int, request: PreparedJob, channel: str) -> int | None:
+    """Run TAKE_OVER for one request; return the new job id, or None if the key was not expired."""
+    rows = _execute(alias, TAKE_OVER, _one_request_params((ordinal, request), channel))
+    return rows[0][1] if rows else None
+
+
+def find_bindings(alias: str, rows: Sequence[tuple[int, PreparedJob]]) -> dict[int, ExistingBinding]:
+    """Run FIND_BINDINGS for keyed ``(ordinal, request)`` pairs."""
+    bindings = [(ordinal, request.binding) for ordinal, request in rows if request.binding is not None]
+    params = {
+        "ordinal": [ordinal for ordinal, _ in bindings],
+        "scope": [binding.scope for _, binding in bindings],
+        "key_hash": [binding.key_hash for _, binding in bindings],
+    }
+    return {row[0]: _existing(row[0], row[1:]) for row in _execute(alias, FIND_BINDINGS, params)}
+
+
+def purge_queued(alias: str, *, queue: str | None, job_ids: Sequence[int] | None) -> int:
+    """Run PURGE_QUEUED; return how many jobs were deleted."""
+    with _cursor(alias) as cursor:
+        cursor.execute(PURGE_QUEUED, {"queue": queue, "job_ids": list(job_ids) if job_ids is not None else None})
+        return int(cursor.rowcount)
+
+
+def prune_expired_bindings(alias: str, *, limit: int) -> int:
+    """Run PRUNE_EXPIRED_BINDINGS once; return how many bindings were deleted."""
+    with _cursor(alias) as cursor:
+        cursor.execute(PRUNE_EXPIRED_BINDINGS, {"limit": limit})
+        return int(cursor.rowcount)
+
+
+def _execute(alias: str, statement: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+    with _cursor(alias) as cursor:
+        cursor.execute(statement, params)
+        return list(cursor.fetchall())
+
+
+class _PreparedCursor(psycopg.Cursor[Any]):
+    """A server-side-binding cursor that always uses a prepared statement.
+
+    The enqueue statements are large CTEs whose planning costs more than running them; preparing
+    them once per connection roughly halves the time of an enqueue.
+    """
+
+    def execute(
+        self, query: Any, params: Any = None, *, prepare: bool | None = None, binary: bool | None = None
+    ) -> Any:
+        return super().execute(query, params, prepare=True, binary=binary)
+
+
+def _cursor(alias: str) -> CursorWrapper:
+    """Return a Django cursor wrapper (query logging, execute wrappers, error translation) for ``alias``.
+
+    With WORKHORSE_PREPARED_STATEMENTS it wraps a prepared-statement cursor over Django's own
+    connection, so the statement still joins the caller's transaction.
+    """
+    connection = connections[alias]
+    if not app_settings.PREPARED_STATEMENTS:
+        return connection.cursor()
+    connection.ensure_connection()
+    with connection.wrap_database_errors:
+        if connection.connection.prepare_threshold is None:
+            # Django disables preparing by default; a threshold this high prepares only what
+            # asks for it explicitly, as _PreparedCursor does.
+            connection.connection.prepare_threshold = 2**31 - 1
+        raw = _PreparedCursor(connection.connection)
+    return cast(CursorWrapper, connection._prepare_cursor(raw))  # type: ignore[attr-defined]
+
+
+def _request_values(ordinal: int, job: PreparedJob) -> tuple[Any, ...]:
+    """Return one request's values in _REQUEST_COLUMNS order."""
+    binding = job.binding
+    return (
+        ordinal, job.job_type, job.queue, job.payload_json, job.priority, job.run_at, job.delay,
+        json.dumps(job.tags), job.max_attempts, job.retry_policy_json, job.deadline, job.timeout,
+        job.concurrency_key, binding and binding.scope, binding and binding.key_hash,
+        binding and binding.key_preview, binding and binding.mode.value, binding and binding.request_digest,
+        binding and json.dumps(binding.field_digests, sort_keys=True), binding and binding.lifetime,
+    )  # fmt: skip
+
+
+def _one_request_params(row: tuple[int, PreparedJob], channel: str) -> dict[str, Any]:
+    return {**dict(zip(_COLUMNS, _request_values(*row), strict=True)), "channel": channel}
+
+
+def _request_params(rows: Sequence[tuple[int, PreparedJob]], channel: str) -> dict[str, Any]:
+    columns = zip(*(_request_values(ordinal, job) for ordinal, job in rows), strict=True)
+    return {**{name: list(values) for name, values in zip(_COLUMNS, columns, strict=True)}, "channel": channel}
+
+
+def _existing(ordinal: int, values: Sequence[Any]) -> ExistingBinding:
+    job_id, mode, digest, field_digests, expired = values
+    if isinstance(field_digests, str):
+        field_digests = json.loads(field_digests)
+    return ExistingBinding(
+        ordinal=ordinal,
+        job_id=job_id,
+        mode=mode,
+        request_digest=bytes(digest),
+        field_digests=field_digests,
+        expired=bool(expired),
+    )

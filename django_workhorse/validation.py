@@ -1,0 +1,285 @@
+"""Check every enqueue argument against its bound and turn a request into storable values.
+
+Nothing here touches the database: a request that fails here has written nothing.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from django_workhorse import conf
+from django_workhorse.conf import app_settings
+from django_workhorse.exceptions import EnqueueValidationError
+from django_workhorse.fingerprint import (
+    canonical_json,
+    digest_fields,
+    key_digest,
+    key_hash,
+    key_preview,
+    request_digest,
+)
+from django_workhorse.retry import DEFAULT_RETRY_POLICY, RetryPolicy
+from django_workhorse.types import Debounce, EnqueueOptions, Idempotency, KeyedMode, KeyMode, Throttle, Unique
+
+MODE_OPTIONS: dict[str, type] = {
+    "idempotency": Idempotency,
+    "unique": Unique,
+    "debounce": Debounce,
+    "throttle": Throttle,
+}
+_OPTION_NAMES = EnqueueOptions.names()
+_DEFAULT_RETRY_POLICY_JSON = canonical_json(DEFAULT_RETRY_POLICY.to_json())
+# JSON escapes U+0000 as \u0000, which PostgreSQL's jsonb rejects; an escaped backslash before it is fine.
+_NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+
+
+@dataclass(frozen=True)
+class PreparedBinding:
+    """The storable form of a keyed mode: hash, preview and fingerprint, never the raw key."""
+
+    mode: KeyMode
+    scope: str
+    key_hash: bytes
+    key_preview: str
+    lifetime: timedelta | None
+    field_digests: dict[str, str]
+    request_digest: bytes
+
+    @property
+    def key_digest(self) -> str:
+        return key_digest(self.key_hash)
+
+    @property
+    def slot(self) -> tuple[str, bytes]:
+        return (self.scope, self.key_hash)
+
+
+@dataclass(frozen=True)
+class PreparedJob:
+    """A validated request, in the shape the insert statement takes."""
+
+    job_type: str
+    queue: str
+    payload_json: str
+    priority: int
+    run_at: datetime | None
+    delay: timedelta | None
+    tags: list[str]
+    max_attempts: int
+    retry_policy_json: str
+    deadline: datetime | None
+    timeout: timedelta | None
+    concurrency_key: str | None
+    binding: PreparedBinding | None
+
+
+def resolve_options(options: EnqueueOptions | None, overrides: Mapping[str, Any]) -> EnqueueOptions:
+    """Merge keyword options over an ``EnqueueOptions`` value; unknown names are an error."""
+    for name in overrides:
+        if name not in _OPTION_NAMES:
+            raise EnqueueValidationError(field=name, bound=f"a known option ({', '.join(_OPTION_NAMES)})")
+    if options is None:
+        return EnqueueOptions(**overrides)
+    if not isinstance(options, EnqueueOptions):
+        raise EnqueueValidationError(field="options", bound="an EnqueueOptions value", value=options)
+    return replace(options, **overrides) if overrides else options
+
+
+def prepare(job_type: str, payload: Any, options: EnqueueOptions) -> PreparedJob:
+    """Validate a request and return its storable form.
+
+    Raise ``EnqueueValidationError`` naming the field and its bound if anything is out of bounds.
+    """
+    _text(job_type, "job_type", max_chars=conf.MAX_JOB_TYPE_CHARS)
+    _text(options.queue, "queue", max_chars=conf.MAX_QUEUE_CHARS)
+    _integer(options.priority, "priority", conf.MIN_PRIORITY, conf.MAX_PRIORITY)
+    _integer(options.max_attempts, "max_attempts", conf.MIN_ATTEMPTS, conf.MAX_ATTEMPTS)
+    run_at = _aware(options.run_at, "run_at")
+    deadline = _aware(options.deadline, "deadline")
+    if options.delay is not None:
+        _duration(options.delay, "delay", timedelta(0), conf.MAX_DELAY)
+        if run_at is not None:
+            raise EnqueueValidationError(field="delay", bound="omitted when run_at is given")
+    if options.timeout is not None:
+        _duration(options.timeout, "timeout", conf.MIN_TIMEOUT, conf.MAX_TIMEOUT)
+    if options.concurrency_key is not None:
+        _text(options.concurrency_key, "concurrency_key", max_bytes=conf.MAX_CONCURRENCY_KEY_BYTES)
+    tags = _tags(options.tags)
+    policy_json = _retry_policy_json(options.retry_policy)
+    payload_json = _payload(payload)
+    job = PreparedJob(
+        job_type=job_type,
+        queue=options.queue,
+        payload_json=payload_json,
+        priority=options.priority,
+        run_at=run_at,
+        delay=options.delay,
+        tags=tags,
+        max_attempts=options.max_attempts,
+        retry_policy_json=policy_json,
+        deadline=deadline,
+        timeout=options.timeout,
+        concurrency_key=options.concurrency_key,
+        binding=None,
+    )
+    return _bind(job, options)
+
+
+def _bind(job: PreparedJob, options: EnqueueOptions) -> PreparedJob:
+    chosen = [name for name in MODE_OPTIONS if getattr(options, name) is not None]
+    if len(chosen) > 1:
+        raise EnqueueValidationError(field=", ".join(chosen), bound="at most one keyed mode per request")
+    if options.debounce is not None and options.run_at is not None:
+        raise EnqueueValidationError(field="run_at", bound="omitted with debounce (the window schedules the job)")
+    if not chosen:
+        return job
+    name = chosen[0]
+    mode: KeyedMode = getattr(options, name)
+    if not isinstance(mode, MODE_OPTIONS[name]):
+        raise EnqueueValidationError(field=name, bound=f"a {MODE_OPTIONS[name].__name__} value", value=mode)
+    _text(mode.key, f"{name}.key", max_bytes=conf.MAX_KEY_BYTES, secret=True)
+    _text(mode.scope, f"{name}.scope", max_bytes=conf.MAX_SCOPE_BYTES)
+    lifetime_name = "ttl" if isinstance(mode, Idempotency) else "window"
+    lifetime = getattr(mode, lifetime_name, None)
+    if lifetime is not None:
+        _duration(lifetime, f"{name}.{lifetime_name}", conf.MIN_KEY_TTL, conf.MAX_KEY_TTL)
+    if not isinstance(mode, Idempotency):
+        raise NotImplementedError(f"the {name} mode is not available yet; use idempotency")
+    digests = digest_fields(_fingerprint_fields(job, options, lifetime_name, lifetime))
+    binding = PreparedBinding(
+        mode=KeyMode(name),
+        scope=mode.scope,
+        key_hash=key_hash(mode.scope, mode.key),
+        key_preview=key_preview(mode.key),
+        lifetime=lifetime,
+        field_digests=digests,
+        request_digest=request_digest(digests),
+    )
+    return replace(job, binding=binding)
+
+
+def _fingerprint_fields(
+    job: PreparedJob, options: EnqueueOptions, lifetime_name: str, lifetime: timedelta | None
+) -> dict[str, str]:
+    """Return the canonical text of every field that makes two requests the same request."""
+    values: dict[str, Any] = {
+        "queue": job.queue,
+        "job_type": job.job_type,
+        "priority": job.priority,
+        "concurrency_key": job.concurrency_key,
+        "tags": job.tags,
+        "max_attempts": job.max_attempts,
+        "deadline": _utc(job.deadline),
+        "timeout": _micros(job.timeout),
+        lifetime_name: _micros(lifetime),
+    }
+    # An omitted run_at (or delay) stays omitted, so a later retry of an immediate job replays.
+    if job.run_at is not None:
+        values["run_at"] = _utc(job.run_at)
+    if job.delay is not None:
+        values["delay"] = _micros(job.delay)
+    canonical = {name: canonical_json(value) for name, value in values.items()}
+    canonical["payload"] = job.payload_json
+    canonical["retry_policy"] = job.retry_policy_json
+    return canonical
+
+
+def _text(
+    value: Any, field: str, *, max_chars: int | None = None, max_bytes: int | None = None, secret: bool = False
+) -> None:
+    shown = None if secret else value
+    if not isinstance(value, str):
+        raise EnqueueValidationError(field=field, bound="a string", value=type(value).__name__)
+    if max_chars is not None and not 1 <= len(value) <= max_chars:
+        raise EnqueueValidationError(field=field, bound=f"1..{max_chars} characters", value=shown)
+    if max_bytes is not None:
+        try:
+            size = len(value.encode())
+        except UnicodeEncodeError:
+            raise EnqueueValidationError(field=field, bound="valid Unicode text (no lone surrogates)") from None
+        if not 1 <= size <= max_bytes:
+            raise EnqueueValidationError(field=field, bound=f"1..{max_bytes} UTF-8 bytes", value=f"{size} bytes")
+
+
+def _integer(value: Any, field: str, low: int, high: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise EnqueueValidationError(field=field, bound=f"an integer in {low}..{high}", value=value)
+
+
+def _aware(value: Any, field: str) -> datetime | None:
+    if value is None:
+        return None
+    if not isinstance(value, datetime) or value.utcoffset() is None:
+        raise EnqueueValidationError(field=field, bound="an aware datetime (with a time zone)", value=value)
+    return value
+
+
+def _duration(value: Any, field: str, low: timedelta, high: timedelta) -> None:
+    if not isinstance(value, timedelta) or not low <= value <= high:
+        raise EnqueueValidationError(field=field, bound=f"a timedelta in {_human(low)}..{_human(high)}", value=value)
+
+
+def _tags(tags: Any) -> list[str]:
+    if isinstance(tags, str) or not isinstance(tags, (list, tuple, set, frozenset)):
+        raise EnqueueValidationError(field="tags", bound="a list of strings", value=tags)
+    if len(tags) > conf.MAX_TAGS:
+        raise EnqueueValidationError(field="tags", bound=f"at most {conf.MAX_TAGS} tags", value=f"{len(tags)} tags")
+    for tag in tags:
+        _text(tag, "tags", max_chars=conf.MAX_TAG_CHARS)
+    if len(set(tags)) != len(tags):
+        raise EnqueueValidationError(field="tags", bound="distinct", value=sorted(tags))
+    return sorted(tags)
+
+
+def _retry_policy_json(policy: Any) -> str:
+    if policy is None:
+        return _DEFAULT_RETRY_POLICY_JSON
+    if not isinstance(policy, RetryPolicy):
+        raise EnqueueValidationError(field="retry_policy", bound="a RetryPolicy value", value=policy)
+    if policy.kind not in ("exponential", "fixed"):
+        raise EnqueueValidationError(field="retry_policy.kind", bound="'exponential' or 'fixed'", value=policy.kind)
+    _duration(policy.base, "retry_policy.base", conf.MIN_TIMEOUT, conf.MAX_DELAY)
+    _duration(policy.max_delay, "retry_policy.max_delay", policy.base, conf.MAX_DELAY)
+    for name, low, high in (("factor", 1.0, 100.0), ("jitter", 0.0, 1.0)):
+        value = getattr(policy, name)
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not low <= value <= high:
+            raise EnqueueValidationError(field=f"retry_policy.{name}", bound=f"a number in {low}..{high}", value=value)
+    return canonical_json(policy.to_json())
+
+
+def _payload(payload: Any) -> str:
+    try:
+        text = canonical_json(payload)
+    except (TypeError, ValueError) as exc:
+        raise EnqueueValidationError(field="payload", bound="JSON-serializable", value=str(exc)) from exc
+    limit = app_settings.MAX_PAYLOAD_BYTES
+    size = len(text.encode())
+    if size > limit:
+        raise EnqueueValidationError(field="payload", bound=f"at most {limit} bytes serialized", value=f"{size} bytes")
+    if "\\u0000" in text and _NUL_ESCAPE.search(text):
+        raise EnqueueValidationError(field="payload", bound="free of NUL characters (PostgreSQL jsonb rejects them)")
+    return text
+
+
+def _utc(value: datetime | None) -> str | None:
+    return None if value is None else value.astimezone(timezone.utc).isoformat()
+
+
+def _micros(value: timedelta | None) -> int | None:
+    return None if value is None else value // timedelta(microseconds=1)
+
+
+def _human(value: timedelta) -> str:
+    if value == timedelta(0):
+        return "0"
+    if value % timedelta(days=1) == timedelta(0):
+        return f"{value.days} days"
+    if value % timedelta(seconds=1) == timedelta(0):
+        return f"{int(value.total_seconds())} s"
+    return (
+        f"{value // timedelta(milliseconds=1)} ms" if value % timedelta(milliseconds=1) == timedelta(0) else str(value)
+    )

@@ -1,0 +1,82 @@
+"""Shared fixtures: a second real connection, racing threads, a LISTEN connection."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from django.db import connection, connections
+
+from django_workhorse.conf import app_settings
+
+WORKHORSE_TABLES = ("workhorse_job", "workhorse_binding", "workhorse_job_event")
+
+
+def connect_directly(alias: str = "default", *, autocommit: bool = True) -> psycopg.Connection[Any]:
+    """Open a new session to the (test) database that Django uses, outside Django."""
+    params = connections[alias].get_connection_params()
+    params.pop("cursor_factory", None)
+    params.pop("context", None)
+    params.pop("prepare_threshold", None)
+    return psycopg.connect(**params, autocommit=autocommit)
+
+
+@pytest.fixture
+def other_connection() -> Iterator[psycopg.Connection[Any]]:
+    """A second session: sees only what the test's connection has committed."""
+    with connect_directly() as conn:
+        yield conn
+
+
+def count_rows(conn: Any = None) -> dict[str, int]:
+    """Return the row count of every workhorse table, read through ``conn`` or Django's connection."""
+    counts = {}
+    for table in WORKHORSE_TABLES:
+        if conn is None:
+            with connection.cursor() as cursor:
+                cursor.execute(f"SELECT count(*) FROM {table}")
+                counts[table] = cursor.fetchone()[0]
+        else:
+            counts[table] = conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+    return counts
+
+
+@pytest.fixture
+def listener() -> Iterator[Callable[[float], list[str]]]:
+    """LISTEN on the workhorse channel; the fixture returns ``drain(timeout) -> [payload, ...]``."""
+    with connect_directly() as conn:
+        conn.execute(f"LISTEN {app_settings.NOTIFY_CHANNEL}")
+
+        def drain(timeout: float) -> list[str]:
+            return [n.payload for n in conn.notifies(timeout=timeout, stop_after=None)]
+
+        yield drain
+
+
+def race(count: int, work: Callable[[int], Any], *, timeout: float = 60) -> list[Any]:
+    """Run ``work(i)`` in ``count`` threads released together by a barrier; return results or exceptions.
+
+    Each thread uses its own Django connection (they are per thread) and closes it afterwards.
+    """
+    barrier = threading.Barrier(count, timeout=timeout)
+    results: list[Any] = [None] * count
+
+    def run(i: int) -> None:
+        try:
+            barrier.wait()
+            results[i] = work(i)
+        except BaseException as exc:  # reported to the test, which asserts on it
+            results[i] = exc
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout)
+        assert not thread.is_alive(), "a racing thread did not finish in time"
+    return results

@@ -1,0 +1,23 @@
+"""factory-boy factories for rows written directly, bypassing enqueue (for constraint and state tests)."""
+
+from __future__ import annotations
+
+import factory
+from django.utils import timezone
+
+from django_workhorse.models import Job, JobStatus
+from django_workhorse.retry import DEFAULT_RETRY_POLICY
+
+
+class JobFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Job
+
+    job_type = "tests.noop"
+    queue = "default"
+    payload = factory.Sequence(lambda n: {"n": n})
+    status = JobStatus.QUEUED
+    priority = 0
+    run_at = factory.LazyFunction(timezone.now)
+    created_at = factory.LazyFunction(timezone.now)
+    retry_policy = factory.LazyFunction(DEFAULT_RETRY_POLICY.to_json)

@@ -1,0 +1,44 @@
+"""Settings for the test suite: the embedded PostgreSQL unless DATABASE_URL is set."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from example_project.devdb import database_settings
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+SECRET_KEY = "tests-not-secret"
+DEBUG = False
+USE_TZ = True
+TIME_ZONE = "UTC"
+ALLOWED_HOSTS = ["*"]
+DATABASES = {"default": {**database_settings(BASE_DIR, name="workhorse_tests"), "CONN_MAX_AGE": 0}}
+DATABASES["other"] = {**DATABASES["default"], "TEST": {"NAME": "test_workhorse_other"}}
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django_workhorse",
+]
+MIDDLEWARE = [
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+]
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+ROOT_URLCONF = "tests.urls"
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

@@ -1,0 +1,97 @@
+"""Enqueue joins the caller's transaction: visibility, rollback, savepoints, NOTIFY at commit."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.db import connection, transaction
+
+from django_workhorse import EnqueueIdempotencyConflictError, EnqueueOutcome, Idempotency, enqueue, enqueue_with_result
+from django_workhorse.models import IdempotencyBinding, Job
+from tests.conftest import count_rows
+
+pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "other"])
+
+KEY = Idempotency("order:42", scope="orders")
+
+
+class RollbackError(Exception):
+    pass
+
+
+def test_enqueue_is_invisible_to_others_until_commit_and_notifies_only_then(other_connection, listener):
+    with transaction.atomic():
+        job_id = enqueue("t", {"n": 1}, queue="mail", idempotency=KEY)
+        assert count_rows(other_connection)["workhorse_job"] == 0
+        assert count_rows(other_connection)["workhorse_binding"] == 0
+        assert listener(0.2) == []
+    assert other_connection.execute("SELECT id FROM workhorse_job").fetchall() == [(job_id,)]
+    assert listener(5) == ["mail"]
+
+
+def test_enqueue_outside_a_transaction_commits_on_its_own(other_connection, listener):
+    job_id = enqueue("t", {"n": 1})
+    assert other_connection.execute("SELECT id FROM workhorse_job").fetchall() == [(job_id,)]
+    assert listener(5) == ["default"]
+
+
+def test_enqueue_notifies_once_per_queue_and_not_for_scheduled_work(listener):
+    with transaction.atomic():
+        enqueue("t", {"n": 1}, queue="a")
+        enqueue("t", {"n": 2}, queue="a")
+        enqueue("t", {"n": 3}, queue="later", delay=timedelta(hours=1))
+    assert listener(5) == ["a"]
+    assert listener(0.2) == []
+
+
+def test_enqueue_replay_does_not_notify(listener):
+    enqueue("t", {"n": 1}, idempotency=KEY)
+    assert listener(5) == ["default"]
+    assert enqueue_with_result("t", {"n": 1}, idempotency=KEY).outcome == EnqueueOutcome.REPLAYED
+    assert listener(0.2) == []
+
+
+def test_caller_rollback_removes_job_binding_and_events_and_sends_nothing(other_connection, listener):
+    with pytest.raises(RollbackError), transaction.atomic():
+        enqueue("t", {"n": 1}, idempotency=KEY)
+        raise RollbackError
+    assert count_rows(other_connection) == {"workhorse_job": 0, "workhorse_binding": 0, "workhorse_job_event": 0}
+    assert listener(0.2) == []
+    # The key is free again.
+    assert enqueue_with_result("t", {"n": 1}, idempotency=KEY).outcome == EnqueueOutcome.ACCEPTED
+
+
+def test_caught_conflict_leaves_the_callers_transaction_usable(other_connection):
+    owner = enqueue("t", {"n": 1}, idempotency=KEY)
+    with transaction.atomic():
+        fresh = enqueue("t", {"n": 2})
+        with pytest.raises(EnqueueIdempotencyConflictError):
+            enqueue("t", {"n": 99}, idempotency=KEY)
+        # The transaction still works: queries run and the earlier write commits.
+        assert Job.objects.filter(pk=fresh).exists()
+        later = enqueue("t", {"n": 3})
+    ids = {row[0] for row in other_connection.execute("SELECT id FROM workhorse_job")}
+    assert ids == {owner, fresh, later}
+
+
+def test_enqueue_uses_the_given_database_alias():
+    job_id = enqueue("t", {"n": 1}, idempotency=KEY, using="other")
+    assert Job.objects.using("other").filter(pk=job_id).exists()
+    assert not Job.objects.using("default").exists()
+    assert IdempotencyBinding.objects.using("other").count() == 1
+
+
+def test_single_enqueue_is_one_query(django_assert_num_queries):
+    with django_assert_num_queries(1):
+        enqueue("t", {"n": 1}, idempotency=KEY)
+    with django_assert_num_queries(1):
+        enqueue("t", {"n": 1}, idempotency=KEY)
+    with django_assert_num_queries(1):
+        enqueue("t", {"n": 1})
+
+
+@pytest.fixture(autouse=True)
+def _close_connections():
+    yield
+    connection.close()
