@@ -1,0 +1,13 @@
+"""App config of the demo shop."""
+
+from __future__ import annotations
+
+from django.apps import AppConfig
+
+
+class ShopConfig(AppConfig):
+    """The demo shop."""
+
+    name = "example_project.shop"
+    label = "shop"
+    default_auto_field = "django.db.models.BigAutoField"
