@@ -94,7 +94,7 @@ def _submit(requests: list[PreparedJob], alias: str, *, batch: bool) -> list[Enq
         return []
     firsts, repeats = _split_repeats(requests)
     results: dict[int, EnqueueResult] = {}
-    with _undo_on_error(alias, needed=len(firsts) > 1 and any(r.binding for r in requests)):
+    with _undo_on_error(alias, needed=len(requests) > 1 and any(r.binding for r in requests)):
         _settle(alias, {ordinal: requests[ordinal] for ordinal in firsts}, results, batch=batch)
         for ordinal, first in repeats.items():
             results[ordinal] = _repeat_of(ordinal, requests[ordinal], requests[first], results[first])

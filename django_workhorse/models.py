@@ -174,7 +174,9 @@ class IdempotencyBinding(models.Model):
                 ),
                 name=BINDING_SCOPE_CHECK,
             ),
-            models.CheckConstraint(condition=models.Q(mode__in=[mode.value for mode in KeyMode]), name=BINDING_MODE_CHECK),
+            models.CheckConstraint(
+                condition=models.Q(mode__in=[mode.value for mode in KeyMode]), name=BINDING_MODE_CHECK
+            ),
         ]
         indexes = [models.Index(fields=["expires_at"], name=BINDING_EXPIRES_IDX)]
 

@@ -5,6 +5,7 @@ Nothing here touches the database: a request that fails here has written nothing
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -16,7 +17,7 @@ from django_workhorse.conf import app_settings
 from django_workhorse.exceptions import EnqueueValidationError
 from django_workhorse.fingerprint import (
     canonical_json,
-    digest_fields,
+    field_digest,
     key_digest,
     key_hash,
     key_preview,
@@ -111,7 +112,7 @@ def prepare(job_type: str, payload: Any, options: EnqueueOptions) -> PreparedJob
     tags = _tags(options.tags)
     policy_json = _retry_policy_json(options.retry_policy)
     payload_json = _payload(payload)
-    job = PreparedJob(
+    return PreparedJob(
         job_type=job_type,
         queue=options.queue,
         payload_json=payload_json,
@@ -124,23 +125,27 @@ def prepare(job_type: str, payload: Any, options: EnqueueOptions) -> PreparedJob
         deadline=deadline,
         timeout=options.timeout,
         concurrency_key=options.concurrency_key,
-        binding=None,
+        binding=_bind(job_type, options, tags, payload_json, policy_json),
     )
-    return _bind(job, options)
 
 
-def _bind(job: PreparedJob, options: EnqueueOptions) -> PreparedJob:
+def _bind(
+    job_type: str, options: EnqueueOptions, tags: list[str], payload_json: str, policy_json: str
+) -> PreparedBinding | None:
     chosen = [name for name in MODE_OPTIONS if getattr(options, name) is not None]
     if len(chosen) > 1:
         raise EnqueueValidationError(field=", ".join(chosen), bound="at most one keyed mode per request")
     if options.debounce is not None and options.run_at is not None:
         raise EnqueueValidationError(field="run_at", bound="omitted with debounce (the window schedules the job)")
     if not chosen:
-        return job
+        return None
     name = chosen[0]
     mode: KeyedMode = getattr(options, name)
     if not isinstance(mode, MODE_OPTIONS[name]):
-        raise EnqueueValidationError(field=name, bound=f"a {MODE_OPTIONS[name].__name__} value", value=mode)
+        # Never echo the value: a plain string here is most likely the raw key.
+        raise EnqueueValidationError(
+            field=name, bound=f"an instance of {MODE_OPTIONS[name].__name__}", value=type(mode).__name__
+        )
     _text(mode.key, f"{name}.key", max_bytes=conf.MAX_KEY_BYTES, secret=True)
     _text(mode.scope, f"{name}.scope", max_bytes=conf.MAX_SCOPE_BYTES)
     lifetime_name = "ttl" if isinstance(mode, Idempotency) else "window"
@@ -149,8 +154,10 @@ def _bind(job: PreparedJob, options: EnqueueOptions) -> PreparedJob:
         _duration(lifetime, f"{name}.{lifetime_name}", conf.MIN_KEY_TTL, conf.MAX_KEY_TTL)
     if not isinstance(mode, Idempotency):
         raise NotImplementedError(f"the {name} mode is not available yet; use idempotency")
-    digests = digest_fields(_fingerprint_fields(job, options, lifetime_name, lifetime))
-    binding = PreparedBinding(
+    digests = _fingerprint(job_type, options, tags, lifetime_name, lifetime)
+    digests["payload"] = field_digest(payload_json)
+    digests["retry_policy"] = _cached_text_digest(policy_json)
+    return PreparedBinding(
         mode=KeyMode(name),
         scope=mode.scope,
         key_hash=key_hash(mode.scope, mode.key),
@@ -159,50 +166,57 @@ def _bind(job: PreparedJob, options: EnqueueOptions) -> PreparedJob:
         field_digests=digests,
         request_digest=request_digest(digests),
     )
-    return replace(job, binding=binding)
 
 
-def _fingerprint_fields(
-    job: PreparedJob, options: EnqueueOptions, lifetime_name: str, lifetime: timedelta | None
+def _fingerprint(
+    job_type: str, options: EnqueueOptions, tags: list[str], lifetime_name: str, lifetime: timedelta | None
 ) -> dict[str, str]:
-    """Return the canonical text of every field that makes two requests the same request."""
+    """Digest every field that makes two requests the same request, except payload and retry policy."""
     values: dict[str, Any] = {
-        "queue": job.queue,
-        "job_type": job.job_type,
-        "priority": job.priority,
-        "concurrency_key": job.concurrency_key,
-        "tags": job.tags,
-        "max_attempts": job.max_attempts,
-        "deadline": _utc(job.deadline),
-        "timeout": _micros(job.timeout),
+        "queue": options.queue,
+        "job_type": job_type,
+        "priority": options.priority,
+        "concurrency_key": options.concurrency_key,
+        "tags": tuple(tags),
+        "max_attempts": options.max_attempts,
+        "deadline": _utc(options.deadline),
+        "timeout": _micros(options.timeout),
         lifetime_name: _micros(lifetime),
     }
     # An omitted run_at (or delay) stays omitted, so a later retry of an immediate job replays.
-    if job.run_at is not None:
-        values["run_at"] = _utc(job.run_at)
-    if job.delay is not None:
-        values["delay"] = _micros(job.delay)
-    canonical = {name: canonical_json(value) for name, value in values.items()}
-    canonical["payload"] = job.payload_json
-    canonical["retry_policy"] = job.retry_policy_json
-    return canonical
+    if options.run_at is not None:
+        values["run_at"] = _utc(options.run_at)
+    if options.delay is not None:
+        values["delay"] = _micros(options.delay)
+    return {name: _cached_value_digest(value) for name, value in values.items()}
+
+
+# Most requests repeat the same option values (default queue, priority, ttl…): digest each once.
+@functools.lru_cache(maxsize=4096)
+def _cached_value_digest(value: Any) -> str:
+    return field_digest(canonical_json(value))
+
+
+_cached_text_digest = functools.lru_cache(maxsize=256)(field_digest)
 
 
 def _text(
     value: Any, field: str, *, max_chars: int | None = None, max_bytes: int | None = None, secret: bool = False
 ) -> None:
-    shown = None if secret else value
     if not isinstance(value, str):
         raise EnqueueValidationError(field=field, bound="a string", value=type(value).__name__)
+    size = _utf8_size(value, field)
     if max_chars is not None and not 1 <= len(value) <= max_chars:
-        raise EnqueueValidationError(field=field, bound=f"1..{max_chars} characters", value=shown)
-    if max_bytes is not None:
-        try:
-            size = len(value.encode())
-        except UnicodeEncodeError:
-            raise EnqueueValidationError(field=field, bound="valid Unicode text (no lone surrogates)") from None
-        if not 1 <= size <= max_bytes:
-            raise EnqueueValidationError(field=field, bound=f"1..{max_bytes} UTF-8 bytes", value=f"{size} bytes")
+        raise EnqueueValidationError(field=field, bound=f"1..{max_chars} characters", value=None if secret else value)
+    if max_bytes is not None and not 1 <= size <= max_bytes:
+        raise EnqueueValidationError(field=field, bound=f"1..{max_bytes} UTF-8 bytes", value=f"{size} bytes")
+
+
+def _utf8_size(value: str, field: str) -> int:
+    try:
+        return len(value.encode())
+    except UnicodeEncodeError:
+        raise EnqueueValidationError(field=field, bound="valid Unicode text (no lone surrogates)") from None
 
 
 def _integer(value: Any, field: str, low: int, high: int) -> None:
@@ -257,7 +271,7 @@ def _payload(payload: Any) -> str:
     except (TypeError, ValueError) as exc:
         raise EnqueueValidationError(field="payload", bound="JSON-serializable", value=str(exc)) from exc
     limit = app_settings.MAX_PAYLOAD_BYTES
-    size = len(text.encode())
+    size = _utf8_size(text, "payload")
     if size > limit:
         raise EnqueueValidationError(field="payload", bound=f"at most {limit} bytes serialized", value=f"{size} bytes")
     if "\\u0000" in text and _NUL_ESCAPE.search(text):

@@ -9,6 +9,7 @@ from typing import Any
 import psycopg
 import pytest
 from django.db import connection, connections
+from psycopg import sql
 
 from django_workhorse.conf import app_settings
 
@@ -48,7 +49,7 @@ def count_rows(conn: Any = None) -> dict[str, int]:
 def listener() -> Iterator[Callable[[float], list[str]]]:
     """LISTEN on the workhorse channel; the fixture returns ``drain(timeout) -> [payload, ...]``."""
     with connect_directly() as conn:
-        conn.execute(f"LISTEN {app_settings.NOTIFY_CHANNEL}")
+        conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(app_settings.NOTIFY_CHANNEL)))
 
         def drain(timeout: float) -> list[str]:
             return [n.payload for n in conn.notifies(timeout=timeout, stop_after=None)]

@@ -67,6 +67,14 @@ def test_enqueue_many_conflict_inside_the_batch_names_the_later_ordinal():
     assert count_rows() == before
 
 
+def test_enqueue_many_conflict_between_two_rows_of_one_key_writes_nothing():
+    before = count_rows()
+    with pytest.raises(EnqueueIdempotencyConflictError) as caught:
+        enqueue_many([keyed("a"), keyed("a", {"changed": True})])
+    assert caught.value.ordinal == 1
+    assert count_rows() == before
+
+
 def test_enqueue_many_mixes_keyed_and_unkeyed_rows():
     results = enqueue_many([EnqueueRequest("t", {"i": 0}), keyed("a"), EnqueueRequest("t", {"i": 2})])
     assert len({r.job_id for r in results}) == 3

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from datetime import datetime, timezone
 
 import pytest
 from django.db import transaction
@@ -144,3 +145,16 @@ def _wait_until_a_session_waits_on_a_lock(deadline: float = 30) -> None:
                 return
             time.sleep(0.01)
     raise AssertionError("no session started waiting on the key in time")
+
+
+def test_racing_producers_take_over_an_expired_key_once():
+    old = enqueue_with_result("t", {"n": 1}, idempotency=KEY).job_id
+    IdempotencyBinding.objects.update(expires_at=datetime(2000, 1, 1, tzinfo=timezone.utc))
+
+    results = race(8, lambda i: enqueue_with_result("t", {"n": 1}, idempotency=KEY))
+
+    assert all(isinstance(r, EnqueueResult) for r in results), results
+    assert sorted(r.outcome for r in results) == [EnqueueOutcome.ACCEPTED] + [EnqueueOutcome.REPLAYED] * 7
+    new = {r.job_id for r in results}
+    assert len(new) == 1 and old not in new
+    assert Job.objects.count() == 2 and IdempotencyBinding.objects.get().job_id in new

@@ -1,0 +1,119 @@
+"""System checks: PostgreSQL only (workhorse.E001), settings within their bounds (E002, E003)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from io import StringIO
+
+import pytest
+from django.core.checks import Error, Tags, registry, run_checks
+from django.core.management import call_command
+from django.db import connections
+from django.db.utils import ConnectionHandler
+from django.test import override_settings
+
+from django_workhorse.checks import check_database, check_settings
+
+MiB = 1024 * 1024
+
+
+def check_ids(messages: list) -> list[str]:
+    return [message.id for message in messages]
+
+
+@pytest.fixture
+def sqlite_alias() -> Iterator[str]:
+    """Make ``connections["sqlite"]`` a SQLite wrapper for this thread, without touching DATABASES.
+
+    A private ConnectionHandler (which insists on a "default" alias) builds the wrapper with
+    Django's own defaults; assigning it to the global handler only fills a thread-local slot, so
+    nothing else sees it and deleting it restores the handler exactly. Overriding DATABASES would
+    warn (an error under filterwarnings) and leave cached connections behind; editing
+    ``connections.settings`` would leak the alias into other tests. The wrapper never connects.
+    """
+    sqlite = {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}
+    wrapper = ConnectionHandler({"default": sqlite, "sqlite": sqlite})["sqlite"]
+    connections["sqlite"] = wrapper
+    try:
+        yield "sqlite"
+    finally:
+        del connections["sqlite"]
+        wrapper.close()
+
+
+def test_check_settings_passes_with_defaults():
+    assert check_settings() == []
+
+
+@pytest.mark.parametrize("size", [1, 16 * MiB], ids=["1-byte", "16-MiB"])
+def test_check_settings_accepts_payload_limit_at_edge(size):
+    with override_settings(WORKHORSE_MAX_PAYLOAD_BYTES=size):
+        assert check_settings() == []
+
+
+@pytest.mark.parametrize("size", [0, 16 * MiB + 1, "1048576", True, 1048576.0, None], ids=repr)
+def test_check_settings_rejects_bad_payload_limit(size):
+    with override_settings(WORKHORSE_MAX_PAYLOAD_BYTES=size):
+        assert check_settings() == [
+            Error(
+                f"WORKHORSE_MAX_PAYLOAD_BYTES must be an integer in 1..{16 * MiB}, got {size!r}.", id="workhorse.E002"
+            )
+        ]
+
+
+@pytest.mark.parametrize("channel", ["w", "c" * 63, "é" * 31 + "a"], ids=["1-byte", "63-bytes", "63-bytes-multibyte"])
+def test_check_settings_accepts_notify_channel_at_edge(channel):
+    with override_settings(WORKHORSE_NOTIFY_CHANNEL=channel):
+        assert check_settings() == []
+
+
+@pytest.mark.parametrize(
+    "channel", ["", "c" * 64, "é" * 32, 123, None], ids=["empty", "64-bytes", "64-bytes-multibyte", "int", "none"]
+)
+def test_check_settings_rejects_bad_notify_channel(channel):
+    with override_settings(WORKHORSE_NOTIFY_CHANNEL=channel):
+        assert check_settings() == [
+            Error(f"WORKHORSE_NOTIFY_CHANNEL must be a string of 1..63 bytes, got {channel!r}.", id="workhorse.E003")
+        ]
+
+
+def test_check_settings_reports_each_bad_setting():
+    with override_settings(WORKHORSE_MAX_PAYLOAD_BYTES=0, WORKHORSE_NOTIFY_CHANNEL=""):
+        assert check_ids(check_settings()) == ["workhorse.E002", "workhorse.E003"]
+
+
+def test_check_database_passes_for_postgresql_alias():
+    assert check_database(databases=["default"]) == []
+
+
+def test_check_database_rejects_non_postgresql_alias(sqlite_alias):
+    assert check_database(databases=["default", sqlite_alias]) == [
+        Error(
+            "django-workhorse needs PostgreSQL; database 'sqlite' is sqlite.",
+            hint="Use the django.db.backends.postgresql engine (PostgreSQL 13+, psycopg 3).",
+            id="workhorse.E001",
+        )
+    ]
+
+
+def test_check_database_runs_only_when_databases_are_checked(sqlite_alias):
+    assert Tags.database in check_database.tags
+    assert "workhorse.E001" not in check_ids(run_checks())
+    assert check_ids(run_checks(tags=[Tags.database], databases=[sqlite_alias])) == ["workhorse.E001"]
+
+
+def test_checks_are_registered():
+    assert {check_settings, check_database} <= set(registry.registry.get_checks())
+
+
+def test_manage_py_check_passes_with_test_settings():
+    out = StringIO()
+    call_command("check", stdout=out)
+    assert out.getvalue() == "System check identified no issues (0 silenced).\n"
+
+
+@pytest.mark.django_db
+def test_manage_py_check_passes_for_default_database():
+    out = StringIO()
+    call_command("check", databases=["default"], stdout=out)
+    assert out.getvalue() == "System check identified no issues (0 silenced).\n"

@@ -1,0 +1,90 @@
+"""Purge releases keys at once; expired bindings are pruned; the maintenance command."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timedelta, timezone
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+from django.db import connection
+
+from django_workhorse import EnqueueOutcome, Idempotency, WorkhorseError, enqueue, enqueue_with_result, purge
+from django_workhorse.maintenance import prune_expired_bindings
+from django_workhorse.models import IdempotencyBinding, Job, JobEvent, JobStatus
+from tests.factories import JobFactory
+
+pytestmark = pytest.mark.django_db
+
+KEY = Idempotency("order:7", scope="orders")
+
+
+def test_purge_deletes_queued_jobs_of_a_queue_and_releases_their_keys():
+    purged = enqueue("t", {"n": 1}, queue="mail", idempotency=KEY)
+    kept = enqueue("t", {"n": 2}, queue="other")
+
+    assert purge(queue="mail") == 1
+
+    assert list(Job.objects.values_list("id", flat=True)) == [kept]
+    assert not IdempotencyBinding.objects.exists() and not JobEvent.objects.filter(job_id=purged).exists()
+    again = enqueue_with_result("t", {"n": 1}, queue="mail", idempotency=KEY)
+    assert again.outcome == EnqueueOutcome.ACCEPTED and again.job_id != purged
+
+
+def test_purge_by_id_leaves_running_and_finished_jobs_alone():
+    running = JobFactory(status=JobStatus.RUNNING)
+    done = JobFactory(status=JobStatus.SUCCEEDED)
+    queued = enqueue("t", {"n": 1})
+
+    assert purge(job_ids=[running.pk, done.pk, queued]) == 1
+    assert set(Job.objects.values_list("id", flat=True)) == {running.pk, done.pk}
+
+
+def test_purge_without_a_filter_is_refused():
+    enqueue("t", {"n": 1})
+    with pytest.raises(WorkhorseError):
+        purge()
+    assert Job.objects.count() == 1
+
+
+def test_prune_expired_bindings_deletes_only_expired_ones_and_keeps_their_jobs():
+    expired_job = enqueue("t", {"n": 1}, idempotency=Idempotency("a"))
+    live_job = enqueue("t", {"n": 2}, idempotency=Idempotency("b"))
+    IdempotencyBinding.objects.filter(job_id=expired_job).update(expires_at=datetime(2000, 1, 1, tzinfo=timezone.utc))
+
+    assert prune_expired_bindings(chunk=1) == 1
+
+    assert list(IdempotencyBinding.objects.values_list("job_id", flat=True)) == [live_job]
+    assert Job.objects.count() == 2
+
+
+def test_key_is_free_again_once_its_ttl_has_passed():
+    short = Idempotency("order:8", ttl=timedelta(milliseconds=1))
+    first = enqueue("t", {"n": 1}, idempotency=short)
+    expires_at = IdempotencyBinding.objects.get().expires_at
+    _wait_for_database_clock_past(expires_at)
+
+    again = enqueue_with_result("t", {"n": 1}, idempotency=short)
+
+    assert again.outcome == EnqueueOutcome.ACCEPTED and again.job_id != first
+
+
+def test_maintenance_command_prunes_expired_bindings():
+    enqueue("t", {"n": 1}, idempotency=KEY)
+    IdempotencyBinding.objects.update(expires_at=datetime(2000, 1, 1, tzinfo=timezone.utc))
+    out = StringIO()
+    call_command("workhorse_maintenance", stdout=out)
+    assert out.getvalue().strip() == "Pruned 1 expired binding(s)."
+    assert not IdempotencyBinding.objects.exists()
+
+
+def _wait_for_database_clock_past(moment: datetime, deadline: float = 10) -> None:
+    until = time.monotonic() + deadline
+    with connection.cursor() as cursor:
+        while time.monotonic() < until:
+            cursor.execute("SELECT clock_timestamp() > %s", [moment])
+            if cursor.fetchone()[0]:
+                return
+            time.sleep(0.001)
+    raise AssertionError("the database clock did not pass the expiry in time")
