@@ -1,0 +1,92 @@
+"""Shared set-up for the benchmark scripts: a Django configured for a benchmark database."""
+
+from __future__ import annotations
+
+import json
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+PAYLOAD = {"i": 1, "user_id": 100001, "email": "someone@example.com", "note": "x" * 120}
+
+
+def setup_django(database: str = "workhorse_bench") -> None:
+    """Configure Django on DATABASE_URL or the embedded PostgreSQL, and migrate."""
+    sys.path.insert(0, str(ROOT))
+    import django
+    from django.conf import settings
+    from django.core.management import call_command
+
+    from example_project.devdb import database_settings
+
+    settings.configure(
+        DEBUG=False,
+        USE_TZ=True,
+        SECRET_KEY="bench",
+        INSTALLED_APPS=["django.contrib.contenttypes", "django.contrib.auth", "django_workhorse"],
+        DATABASES={"default": {**database_settings(ROOT, name=database), "CONN_MAX_AGE": None}},
+        DEFAULT_AUTO_FIELD="django.db.models.BigAutoField",
+        LOGGING_CONFIG=None,
+    )
+    django.setup()
+    call_command("migrate", verbosity=0)
+
+
+def reset_tables() -> None:
+    """Empty the workhorse tables and checkpoint, so every run starts alike."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("TRUNCATE workhorse_job_event, workhorse_binding, workhorse_job")
+        cursor.execute("CHECKPOINT")
+
+
+def rate(count: int, work: Callable[[], Any]) -> float:
+    """Return ``count / seconds`` for one call of ``work``."""
+    start = time.perf_counter()
+    work()
+    return count / (time.perf_counter() - start)
+
+
+def median_of(runs: int, measure: Callable[[], float]) -> dict[str, float]:
+    """Run ``measure`` ``runs`` times; return the median, min and max."""
+    values = [measure() for _ in range(runs)]
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def environment() -> dict[str, Any]:
+    """Describe the machine, Python, Django and PostgreSQL of this run."""
+    import django
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW server_version")
+        server = cursor.fetchone()[0]
+    cpu = subprocess.run(["sh", "-c", "lscpu | sed -n 's/^Model name: *//p'"], capture_output=True, text=True)
+    return {
+        "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "cpu": cpu.stdout.strip(),
+        "cpus": len(__import__("os").sched_getaffinity(0)),
+        "python": platform.python_version(),
+        "django": django.get_version(),
+        "postgresql": server,
+        "connection": "unix socket" if str(connection.settings_dict["HOST"]).startswith("/") else "TCP",
+    }
+
+
+def print_table(title: str, rows: list[tuple[str, dict[str, float], str]]) -> None:
+    """Print a Markdown table of ``(label, stats, unit)`` rows."""
+    print(f"\n### {title}\n\n| workload | median | [min-max] | unit |\n|---|---|---|---|")
+    for label, stats, unit in rows:
+        print(f"| {label} | **{stats['median']:,.0f}** | [{stats['min']:,.0f}-{stats['max']:,.0f}] | {unit} |")
+
+
+def dump(path: str | None, data: dict[str, Any]) -> None:
+    if path:
+        Path(path).write_text(json.dumps(data, indent=2, default=str))

@@ -1,0 +1,146 @@
+"""Enqueue throughput beside the same server's own limits, in one run.
+
+    python benchmarks/enqueue.py [--n 3000] [--batches 20] [--runs 3] [--json out.json]
+
+Uses DATABASE_URL, or the embedded PostgreSQL (database ``workhorse_bench``). Every workload is
+measured ``--runs`` times after emptying the tables; the table shows the median and the spread.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import uuid
+
+from common import PAYLOAD, dump, environment, median_of, print_table, rate, reset_tables, setup_django
+
+LIMIT_DDL = """
+DROP TABLE IF EXISTS bench_jobs;
+CREATE TABLE bench_jobs (
+    id bigserial PRIMARY KEY, queue text NOT NULL DEFAULT 'default', status text NOT NULL DEFAULT 'todo',
+    payload jsonb NOT NULL, created_at timestamptz NOT NULL DEFAULT now(), started_at timestamptz,
+    finished_at timestamptz, attempts int NOT NULL DEFAULT 0, priority int NOT NULL DEFAULT 0);
+CREATE INDEX bench_jobs_todo ON bench_jobs (queue, priority DESC, id) WHERE status = 'todo';
+"""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--n", type=int, default=3000, help="single enqueues per run")
+    parser.add_argument("--batches", type=int, default=20, help="batches of 1,000 per run")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--json", default=None, help="also write the figures to this file")
+    args = parser.parse_args()
+    setup_django()
+
+    from django.db import connection, transaction
+
+    from django_workhorse import EnqueueOptions, EnqueueRequest, Idempotency, enqueue, enqueue_many
+
+    n, batches = args.n, args.batches
+
+    def fresh(measure):
+        def run() -> float:
+            reset_tables()
+            return measure()
+
+        return run
+
+    def one_per_txn(keyed: bool) -> float:
+        prefix = uuid.uuid4().hex
+
+        def work() -> None:
+            for i in range(n):
+                with transaction.atomic():
+                    enqueue("noop", PAYLOAD, idempotency=Idempotency(f"{prefix}{i}") if keyed else None)
+
+        return rate(n, work)
+
+    def replays(in_transaction: bool) -> float:
+        key = Idempotency(uuid.uuid4().hex)
+        enqueue("noop", PAYLOAD, idempotency=key)
+
+        def work() -> None:
+            for _ in range(n):
+                if in_transaction:
+                    with transaction.atomic():
+                        enqueue("noop", PAYLOAD, idempotency=key)
+                else:
+                    enqueue("noop", PAYLOAD, idempotency=key)
+
+        return rate(n, work)
+
+    def many(keyed: bool) -> float:
+        prefix = uuid.uuid4().hex
+
+        def request(b: int, i: int) -> EnqueueRequest:
+            key = Idempotency(f"{prefix}-{b}-{i}") if keyed else None
+            return EnqueueRequest("noop", PAYLOAD, EnqueueOptions(idempotency=key))
+
+        def work() -> None:
+            for b in range(batches):
+                with transaction.atomic():
+                    enqueue_many([request(b, i) for i in range(1000)])
+
+        return rate(batches * 1000, work)
+
+    raw = connection.connection
+    payload_json = json.dumps(PAYLOAD)
+
+    def limit_insert() -> float:
+        raw.execute(LIMIT_DDL)
+        raw.commit()
+
+        def work() -> None:
+            for _ in range(n):
+                raw.execute("INSERT INTO bench_jobs (payload) VALUES (%s::jsonb)", (payload_json,))
+                raw.commit()
+
+        return rate(n, work)
+
+    def limit_copy() -> float:
+        raw.execute(LIMIT_DDL)
+        raw.commit()
+
+        def work() -> None:
+            for _ in range(batches):
+                with raw.cursor().copy("COPY bench_jobs (payload) FROM STDIN") as copy:
+                    for _ in range(1000):
+                        copy.write_row((payload_json,))
+                raw.commit()
+
+        return rate(batches * 1000, work)
+
+    runs = args.runs
+    figures = {
+        "enqueue, unkeyed, 1 per transaction": median_of(runs, fresh(lambda: one_per_txn(False))),
+        "enqueue, keyed new, 1 per transaction": median_of(runs, fresh(lambda: one_per_txn(True))),
+        "enqueue, keyed replay (autocommit)": median_of(runs, fresh(lambda: replays(False))),
+        "enqueue, keyed replay, 1 per transaction": median_of(runs, fresh(lambda: replays(True))),
+        "enqueue_many(1000), unkeyed": median_of(runs, fresh(lambda: many(False))),
+        "enqueue_many(1000), keyed": median_of(runs, fresh(lambda: many(True))),
+    }
+    connection.ensure_connection()
+    raw = connection.connection
+    raw.autocommit = False
+    limits = {
+        "server limit: 1-row INSERT per transaction": median_of(runs, limit_insert),
+        "server limit: COPY 1000 rows per transaction": median_of(runs, limit_copy),
+    }
+    raw.execute("DROP TABLE bench_jobs")
+    raw.commit()
+    env = environment()
+    print("\n" + json.dumps(env))
+    print_table("enqueue (jobs/s)", [(k, v, "jobs/s") for k, v in figures.items()])
+    print_table("server limits (rows/s)", [(k, v, "rows/s") for k, v in limits.items()])
+    single, copy = limits.values()
+    ratios = {
+        "keyed new / single INSERT": figures["enqueue, keyed new, 1 per transaction"]["median"] / single["median"],
+        "enqueue_many unkeyed / COPY": figures["enqueue_many(1000), unkeyed"]["median"] / copy["median"],
+    }
+    print("\n" + "\n".join(f"- {k}: {v:.2f}" for k, v in ratios.items()))
+    dump(args.json, {"environment": env, "enqueue": figures, "limits": limits, "ratios": ratios})
+
+
+if __name__ == "__main__":
+    main()

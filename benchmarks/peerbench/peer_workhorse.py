@@ -1,0 +1,96 @@
+"""django-workhorse, for the peer benchmark harness (copied beside its bench.py by run.sh).
+
+Producer: ``with transaction.atomic(): enqueue("noop", payload)`` (one statement per job).
+Batch: ``enqueue_many`` of 500 requests in one transaction (one statement). Dedup:
+``Idempotency(key)``; every repeat of a key sends the same payload, because this mode treats a
+changed payload under a live key as a conflict (an error), not as a duplicate. Worker: not in
+this release, so W3/W4 are not run for this peer.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import os
+
+from adapter_base import Adapter, make_payload
+
+SAME_REQUEST = make_payload(0)
+
+
+class Client:
+    def enqueue_one(self, payload, task="noop"):
+        from django.db import transaction
+
+        from django_workhorse import enqueue
+
+        with transaction.atomic():
+            enqueue(task, payload)
+
+    def enqueue_batch(self, payloads):
+        from django.db import transaction
+
+        from django_workhorse import EnqueueRequest, enqueue_many
+
+        with transaction.atomic():
+            enqueue_many([EnqueueRequest("noop", p) for p in payloads])
+
+    def enqueue_unique(self, key, payload):
+        from django.db import transaction
+
+        from django_workhorse import EnqueueOutcome, Idempotency, enqueue_with_result
+
+        with transaction.atomic():
+            result = enqueue_with_result("noop", SAME_REQUEST, idempotency=Idempotency(key))
+        return result.outcome == EnqueueOutcome.ACCEPTED
+
+    def close(self):
+        from django.db import connection
+
+        connection.close()
+
+
+class WorkhorseAdapter(Adapter):
+    name = "workhorse"
+    notes = (
+        "django-workhorse: enqueue() inside transaction.atomic (binding + job + event + NOTIFY in one "
+        "prepared statement); W2 enqueue_many(500) in one transaction; W5 Idempotency(key) with the "
+        "same request per key; CONN_MAX_AGE=None; no worker in this release (W3/W4 not run)"
+    )
+    batch_mode = "bulk"
+    dedup_mode = "Idempotency(key): unique (scope, key_hash) binding, INSERT .. ON CONFLICT DO NOTHING"
+    unfinished_sql = "SELECT count(*) FROM workhorse_job WHERE status IN ('queued', 'running')"
+    total_jobs_sql = "SELECT count(*) FROM workhorse_job"
+    succeeded_sql = "SELECT count(*) FROM workhorse_job WHERE status = 'succeeded'"
+    job_tables = ("workhorse_job_event", "workhorse_binding", "workhorse_job")
+
+    def __init__(self, dsn):
+        super().__init__(dsn)
+        os.environ["PEERBENCH_DSN"] = dsn
+        os.environ.setdefault("DJANGO_SETTINGS_MODULE", "wbench.settings")
+        import django
+
+        django.setup()
+
+    def versions(self):
+        return {"django": md.version("django"), "django-workhorse": md.version("django-workhorse"),
+                "psycopg": md.version("psycopg")}
+
+    def setup(self):
+        from django.core.management import call_command
+
+        call_command("migrate", verbosity=0, interactive=False)
+
+    def reset(self):
+        import psycopg
+
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            conn.execute("TRUNCATE workhorse_job_event, workhorse_binding, workhorse_job")
+
+    def open_client(self):
+        return Client()
+
+    def run_worker(self, concurrency):
+        raise NotImplementedError("django-workhorse has no worker in this release")
+
+
+ADAPTER = WorkhorseAdapter

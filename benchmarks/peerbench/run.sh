@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Run the peer benchmark harness with django-workhorse beside the other queues, in one run.
+#
+#   PEERBENCH_DIR=path/to/peerbench bash benchmarks/peerbench/run.sh
+#   PEERBENCH_DIR=... PEERS="workhorse pgqueuer pgbench" REPS=1 N=1000 bash benchmarks/peerbench/run.sh
+#
+# The harness is copied to a temporary folder; our adapter and its settings are added, and the
+# harness's venv table learns a "workhorse" entry (this checkout, installed editable). Every other
+# knob (REPS, N, SAMPLES, PGBENCH_S, OUT, ...) is the harness's own.
+set -euo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO="$(cd "$HERE/../.." && pwd)"
+: "${PEERBENCH_DIR:?set PEERBENCH_DIR to the peerbench harness folder}"
+WORK="$(mktemp -d)"
+trap 'rm -rf "$WORK"' EXIT
+cp -r "$PEERBENCH_DIR"/. "$WORK/"
+chmod -R u+w "$WORK"
+cp "$HERE/peer_workhorse.py" "$WORK/"
+cp -r "$HERE/wbench" "$WORK/"
+SPEC="Django==6.1.3 psycopg[binary]==3.3.9 -e $REPO"
+# Teach the harness our venv recipe, and run W1, W2 and W5 only (no worker yet).
+sed -i "s|^  \[chancy\]=|  [workhorse]=\"\${WORKHORSE_SPEC:-$SPEC}\"\n  [chancy]=|" "$WORK/run_all.sh"
+sed -i 's/case "$p" in djtasks_pconn|procrastinate_async) WL="W3";; esac/case "$p" in djtasks_pconn|procrastinate_async) WL="W3";; workhorse) WL="W1,W2,W5";; esac/' "$WORK/run_all.sh"
+grep -q '\[workhorse\]=' "$WORK/run_all.sh" && grep -q 'workhorse) WL=' "$WORK/run_all.sh" \
+  || { echo "could not patch run_all.sh; has the harness changed?" >&2; exit 1; }
+export PEERS="${PEERS:-workhorse procrastinate djtasks pgqueuer chancy pgbench}"
+bash "$WORK/run_all.sh"
