@@ -3,6 +3,7 @@
 #
 #   PEERBENCH_DIR=path/to/peerbench bash benchmarks/peerbench/run.sh
 #   PEERBENCH_DIR=... PEERS="workhorse pgqueuer pgbench" REPS=1 N=1000 bash benchmarks/peerbench/run.sh
+#   PEERBENCH_DIR=... PEER_WORKLOADS=W1,W2,W5 bash benchmarks/peerbench/run.sh   # enqueue workloads only
 #
 # The harness is copied to a temporary folder; our adapter and its settings are added, and the
 # harness's venv table learns a "workhorse" entry (this checkout, installed editable). Every other
@@ -22,6 +23,8 @@ SPEC="Django==6.1.3 psycopg[binary]==3.3.9 -e $REPO"
 # Teach the harness our venv recipe, and run W1, W2 and W5 only (no worker yet).
 sed -i "s|^  \[chancy\]=|  [workhorse]=\"\${WORKHORSE_SPEC:-$SPEC}\"\n  [chancy]=|" "$WORK/run_all.sh"
 sed -i 's/case "$p" in djtasks_pconn|procrastinate_async) WL="W3";; esac/case "$p" in djtasks_pconn|procrastinate_async) WL="W3";; workhorse) WL="W1,W2,W5";; esac/' "$WORK/run_all.sh"
+# PEER_WORKLOADS limits every peer to some workloads (e.g. "W1,W2,W5" to compare enqueue only).
+sed -i 's/^    WL="W1,W2,W3,W4,W5"$/    WL="${PEER_WORKLOADS:-W1,W2,W3,W4,W5}"/' "$WORK/run_all.sh"
 grep -q '\[workhorse\]=' "$WORK/run_all.sh" && grep -q 'workhorse) WL=' "$WORK/run_all.sh" \
   || { echo "could not patch run_all.sh; has the harness changed?" >&2; exit 1; }
 export PEERS="${PEERS:-workhorse procrastinate djtasks pgqueuer chancy pgbench}"
