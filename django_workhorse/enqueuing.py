@@ -18,7 +18,7 @@ from django_workhorse.exceptions import EnqueueIdempotencyConflictError, Enqueue
 from django_workhorse.fingerprint import differing_fields
 from django_workhorse.models import Job
 from django_workhorse.types import EnqueueOptions, EnqueueOutcome, EnqueueRequest, EnqueueResult, JobId
-from django_workhorse.validation import PreparedJob, prepare, resolve_options
+from django_workhorse.validation import CheckedOptions, PreparedJob, check_options, prepare, resolve_options
 
 # A key can change hands between our statements (expired and taken over, pruned, purged); each
 # round re-reads it. Needing more than a few rounds means something is badly wrong.
@@ -69,18 +69,22 @@ def enqueue_many(requests: Sequence[EnqueueRequest], *, using: str | None = None
         raise EnqueueValidationError(
             field="requests", bound=f"at most {conf.MAX_BATCH_SIZE} requests", value=f"{len(requests)} requests"
         )
-    return _submit(
-        [_prepare_entry(ordinal, entry) for ordinal, entry in enumerate(requests)], _alias(using), batch=True
-    )
+    checked: dict[int, CheckedOptions] = {}  # by id() of each distinct options object
+    limit = app_settings.MAX_PAYLOAD_BYTES
+    prepared = [_prepare_entry(ordinal, entry, checked, limit) for ordinal, entry in enumerate(requests)]
+    return _submit(prepared, _alias(using), batch=True)
 
 
-def _prepare_entry(ordinal: int, entry: Any) -> PreparedJob:
+def _prepare_entry(ordinal: int, entry: Any, checked: dict[int, CheckedOptions], limit: int) -> PreparedJob:
     if not isinstance(entry, EnqueueRequest):
         raise EnqueueValidationError(
             field="requests", bound="EnqueueRequest values", value=type(entry).__name__, ordinal=ordinal
         )
     try:
-        return prepare(entry.job_type, entry.payload, resolve_options(entry.options, {}))
+        options = resolve_options(entry.options, {})
+        if id(options) not in checked:
+            checked[id(options)] = check_options(options)
+        return prepare(entry.job_type, entry.payload, options, checked=checked[id(options)], max_payload_bytes=limit)
     except EnqueueValidationError as exc:
         raise exc.for_ordinal(ordinal) from exc
 

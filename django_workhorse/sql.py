@@ -319,7 +319,7 @@ def _json_digests(digests: dict[str, str]) -> str:
 
 
 # JSON string quoting without json.dumps' per-call set-up (the C function json.dumps itself uses).
-_quote: Callable[[str], str] = json.encoder.encode_basestring  # type: ignore[attr-defined]
+_quote: Callable[[str], str] = json.encoder.encode_basestring
 
 
 def _json_time(value: datetime | None) -> str:

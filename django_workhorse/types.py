@@ -122,13 +122,17 @@ class EnqueueOptions:
         return tuple(f.name for f in fields(cls))
 
 
+# Shared by every request that gives no options (they are immutable), so a batch checks them once.
+DEFAULT_OPTIONS = EnqueueOptions()
+
+
 @dataclass(frozen=True)
 class EnqueueRequest:
     """One entry of an :func:`~django_workhorse.enqueue_many` batch."""
 
     job_type: str
     payload: Any = None
-    options: EnqueueOptions = field(default_factory=EnqueueOptions)
+    options: EnqueueOptions = field(default_factory=lambda: DEFAULT_OPTIONS)
 
 
 @dataclass(frozen=True)

@@ -90,17 +90,25 @@ def resolve_options(options: EnqueueOptions | None, overrides: Mapping[str, Any]
     return replace(options, **overrides) if overrides else options
 
 
-def prepare(job_type: str, payload: Any, options: EnqueueOptions) -> PreparedJob:
-    """Validate a request and return its storable form.
+@dataclass(frozen=True)
+class CheckedOptions:
+    """The options of a request, checked, with what checking derived from them."""
 
+    tags: list[str]
+    retry_policy_json: str
+
+
+def check_options(options: EnqueueOptions) -> CheckedOptions:
+    """Check the options that do not depend on the keyed mode.
+
+    Options are immutable, so a batch checks each distinct ``EnqueueOptions`` object once.
     Raise ``EnqueueValidationError`` naming the field and its bound if anything is out of bounds.
     """
-    _text(job_type, "job_type", max_chars=conf.MAX_JOB_TYPE_CHARS)
     _text(options.queue, "queue", max_chars=conf.MAX_QUEUE_CHARS)
     _integer(options.priority, "priority", conf.MIN_PRIORITY, conf.MAX_PRIORITY)
     _integer(options.max_attempts, "max_attempts", conf.MIN_ATTEMPTS, conf.MAX_ATTEMPTS)
     run_at = _aware(options.run_at, "run_at")
-    deadline = _aware(options.deadline, "deadline")
+    _aware(options.deadline, "deadline")
     if options.delay is not None:
         _duration(options.delay, "delay", timedelta(0), conf.MAX_DELAY)
         if run_at is not None:
@@ -109,23 +117,39 @@ def prepare(job_type: str, payload: Any, options: EnqueueOptions) -> PreparedJob
         _duration(options.timeout, "timeout", conf.MIN_TIMEOUT, conf.MAX_TIMEOUT)
     if options.concurrency_key is not None:
         _text(options.concurrency_key, "concurrency_key", max_bytes=conf.MAX_CONCURRENCY_KEY_BYTES)
-    tags = _tags(options.tags)
-    policy_json = _retry_policy_json(options.retry_policy)
-    payload_json = _payload(payload)
+    return CheckedOptions(tags=_tags(options.tags), retry_policy_json=_retry_policy_json(options.retry_policy))
+
+
+def prepare(
+    job_type: str,
+    payload: Any,
+    options: EnqueueOptions,
+    *,
+    checked: CheckedOptions | None = None,
+    max_payload_bytes: int | None = None,
+) -> PreparedJob:
+    """Validate a request and return its storable form.
+
+    ``checked`` is ``check_options(options)`` when the caller already has it. Raise
+    ``EnqueueValidationError`` naming the field and its bound if anything is out of bounds.
+    """
+    _text(job_type, "job_type", max_chars=conf.MAX_JOB_TYPE_CHARS)
+    checked = checked or check_options(options)
+    payload_json = _payload(payload, max_payload_bytes or app_settings.MAX_PAYLOAD_BYTES)
     return PreparedJob(
         job_type=job_type,
         queue=options.queue,
         payload_json=payload_json,
         priority=options.priority,
-        run_at=run_at,
+        run_at=options.run_at,
         delay=options.delay,
-        tags=tags,
+        tags=checked.tags,
         max_attempts=options.max_attempts,
-        retry_policy_json=policy_json,
-        deadline=deadline,
+        retry_policy_json=checked.retry_policy_json,
+        deadline=options.deadline,
         timeout=options.timeout,
         concurrency_key=options.concurrency_key,
-        binding=_bind(job_type, options, tags, payload_json, policy_json),
+        binding=_bind(job_type, options, checked.tags, payload_json, checked.retry_policy_json),
     )
 
 
@@ -265,12 +289,11 @@ def _retry_policy_json(policy: Any) -> str:
     return canonical_json(policy.to_json())
 
 
-def _payload(payload: Any) -> str:
+def _payload(payload: Any, limit: int) -> str:
     try:
         text = canonical_json(payload)
     except (TypeError, ValueError) as exc:
         raise EnqueueValidationError(field="payload", bound="JSON-serializable", value=str(exc)) from exc
-    limit = app_settings.MAX_PAYLOAD_BYTES
     size = _utf8_size(text, "payload")
     if size > limit:
         raise EnqueueValidationError(field="payload", bound=f"at most {limit} bytes serialized", value=f"{size} bytes")

@@ -1,7 +1,9 @@
 """django-workhorse, for the peer benchmark harness (copied beside its bench.py by run.sh).
 
-Producer: ``with transaction.atomic(): enqueue("noop", payload)`` (one statement per job).
-Batch: ``enqueue_many`` of 500 requests in one transaction (one statement). Dedup:
+Producer: ``enqueue("noop", payload)`` outside a transaction, so the one statement commits on its
+own, as the other peers' producers do; the ``workhorse_atomic`` variant wraps every call in
+``transaction.atomic()`` as a Django view would (BEGIN and COMMIT are two more round trips).
+Batch: ``enqueue_many`` of 500 requests (one statement). Dedup:
 ``Idempotency(key)``; every repeat of a key sends the same payload, because this mode treats a
 changed payload under a live key as a conflict (an error), not as a duplicate. Worker: not in
 this release, so W3/W4 are not run for this peer.
@@ -18,28 +20,29 @@ SAME_REQUEST = make_payload(0)
 
 
 class Client:
-    def enqueue_one(self, payload, task="noop"):
+    def __init__(self, atomic: bool):
+        from contextlib import nullcontext
+
         from django.db import transaction
 
+        self.transaction = transaction.atomic if atomic else nullcontext
+
+    def enqueue_one(self, payload, task="noop"):
         from django_workhorse import enqueue
 
-        with transaction.atomic():
+        with self.transaction():
             enqueue(task, payload)
 
     def enqueue_batch(self, payloads):
-        from django.db import transaction
-
         from django_workhorse import EnqueueRequest, enqueue_many
 
-        with transaction.atomic():
+        with self.transaction():
             enqueue_many([EnqueueRequest("noop", p) for p in payloads])
 
     def enqueue_unique(self, key, payload):
-        from django.db import transaction
-
         from django_workhorse import EnqueueOutcome, Idempotency, enqueue_with_result
 
-        with transaction.atomic():
+        with self.transaction():
             result = enqueue_with_result("noop", SAME_REQUEST, idempotency=Idempotency(key))
         return result.outcome == EnqueueOutcome.ACCEPTED
 
@@ -51,10 +54,11 @@ class Client:
 
 class WorkhorseAdapter(Adapter):
     name = "workhorse"
+    atomic = False
     notes = (
-        "django-workhorse: enqueue() inside transaction.atomic (binding + job + event + NOTIFY in one "
-        "prepared statement); W2 enqueue_many(500) in one transaction; W5 Idempotency(key) with the "
-        "same request per key; CONN_MAX_AGE=None; no worker in this release (W3/W4 not run)"
+        "django-workhorse: enqueue() in autocommit (binding + job + event + NOTIFY in one prepared "
+        "statement); W2 enqueue_many(500), one statement; W5 Idempotency(key) with the same request "
+        "per key; CONN_MAX_AGE=None; no worker in this release (W3/W4 not run)"
     )
     batch_mode = "bulk"
     dedup_mode = "Idempotency(key): unique (scope, key_hash) binding, INSERT .. ON CONFLICT DO NOTHING"
@@ -72,8 +76,11 @@ class WorkhorseAdapter(Adapter):
         django.setup()
 
     def versions(self):
-        return {"django": md.version("django"), "django-workhorse": md.version("django-workhorse"),
-                "psycopg": md.version("psycopg")}
+        return {
+            "django": md.version("django"),
+            "django-workhorse": md.version("django-workhorse"),
+            "psycopg": md.version("psycopg"),
+        }
 
     def setup(self):
         from django.core.management import call_command
@@ -87,7 +94,7 @@ class WorkhorseAdapter(Adapter):
             conn.execute("TRUNCATE workhorse_job_event, workhorse_binding, workhorse_job")
 
     def open_client(self):
-        return Client()
+        return Client(self.atomic)
 
     def run_worker(self, concurrency):
         raise NotImplementedError("django-workhorse has no worker in this release")

@@ -1,5 +1,7 @@
 """Django settings for the django-workhorse peer adapter; the harness sets PEERBENCH_DSN."""
 
+from __future__ import annotations
+
 import os
 import sys
 from pathlib import Path
