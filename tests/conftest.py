@@ -47,12 +47,15 @@ def count_rows(conn: Any = None) -> dict[str, int]:
 
 @pytest.fixture
 def listener() -> Iterator[Callable[[float], list[str]]]:
-    """LISTEN on the workhorse channel; the fixture returns ``drain(timeout) -> [payload, ...]``."""
+    """LISTEN on the workhorse channel; returns ``drain(timeout, count=None) -> [payload, ...]``.
+
+    ``drain`` returns as soon as ``count`` notifications arrived, or when ``timeout`` passes.
+    """
     with connect_directly() as conn:
         conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(app_settings.NOTIFY_CHANNEL)))
 
-        def drain(timeout: float) -> list[str]:
-            return [n.payload for n in conn.notifies(timeout=timeout, stop_after=None)]
+        def drain(timeout: float, count: int | None = None) -> list[str]:
+            return [n.payload for n in conn.notifies(timeout=timeout, stop_after=count)]
 
         yield drain
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import threading
 from datetime import timedelta
 
+import psycopg
 import pytest
-from django.db import connection, transaction
+from django.db import OperationalError, connection, transaction
 
 from django_workhorse import EnqueueIdempotencyConflictError, EnqueueOutcome, Idempotency, enqueue, enqueue_with_result
 from django_workhorse.models import IdempotencyBinding, Job
@@ -27,13 +29,13 @@ def test_enqueue_is_invisible_to_others_until_commit_and_notifies_only_then(othe
         assert count_rows(other_connection)["workhorse_binding"] == 0
         assert listener(0.2) == []
     assert other_connection.execute("SELECT id FROM workhorse_job").fetchall() == [(job_id,)]
-    assert listener(5) == ["mail"]
+    assert listener(5, 1) == ["mail"]
 
 
 def test_enqueue_outside_a_transaction_commits_on_its_own(other_connection, listener):
     job_id = enqueue("t", {"n": 1})
     assert other_connection.execute("SELECT id FROM workhorse_job").fetchall() == [(job_id,)]
-    assert listener(5) == ["default"]
+    assert listener(5, 1) == ["default"]
 
 
 def test_enqueue_notifies_once_per_queue_and_not_for_scheduled_work(listener):
@@ -41,13 +43,13 @@ def test_enqueue_notifies_once_per_queue_and_not_for_scheduled_work(listener):
         enqueue("t", {"n": 1}, queue="a")
         enqueue("t", {"n": 2}, queue="a")
         enqueue("t", {"n": 3}, queue="later", delay=timedelta(hours=1))
-    assert listener(5) == ["a"]
+    assert listener(5, 1) == ["a"]
     assert listener(0.2) == []
 
 
 def test_enqueue_replay_does_not_notify(listener):
     enqueue("t", {"n": 1}, idempotency=KEY)
-    assert listener(5) == ["default"]
+    assert listener(5, 1) == ["default"]
     assert enqueue_with_result("t", {"n": 1}, idempotency=KEY).outcome == EnqueueOutcome.REPLAYED
     assert listener(0.2) == []
 
@@ -95,3 +97,22 @@ def test_single_enqueue_is_one_query(django_assert_num_queries):
 def _close_connections():
     yield
     connection.close()
+
+
+def test_repeatable_read_producer_gets_a_serialization_failure_for_a_key_committed_after_its_snapshot():
+    def commit_elsewhere() -> None:
+        try:
+            enqueue("t", {"n": 1}, idempotency=KEY)
+        finally:
+            connection.close()
+
+    with pytest.raises(OperationalError) as caught, transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            cursor.execute("SELECT 1")  # takes the snapshot
+        other = threading.Thread(target=commit_elsewhere)
+        other.start()
+        other.join(30)
+        enqueue("t", {"n": 1}, idempotency=KEY)
+    assert isinstance(caught.value.__cause__, psycopg.errors.SerializationFailure)
+    assert Job.objects.count() == 1
