@@ -28,6 +28,9 @@ from django_workhorse.types import (
 if TYPE_CHECKING:
     from django_workhorse.enqueuing import enqueue, enqueue_many, enqueue_with_result
     from django_workhorse.maintenance import prune_expired_bindings, purge
+    from django_workhorse.registry import register
+    from django_workhorse.tasks import Task, task
+    from django_workhorse.worker import HandlerContext
 
 try:
     __version__ = version("django-workhorse")
@@ -42,6 +45,10 @@ _LAZY = {
     "enqueue_many": "django_workhorse.enqueuing",
     "purge": "django_workhorse.maintenance",
     "prune_expired_bindings": "django_workhorse.maintenance",
+    "register": "django_workhorse.registry",
+    "task": "django_workhorse.tasks",
+    "Task": "django_workhorse.tasks",
+    "HandlerContext": "django_workhorse.worker",
 }
 
 
@@ -61,11 +68,13 @@ __all__ = [
     "EnqueueRequest",
     "EnqueueResult",
     "EnqueueValidationError",
+    "HandlerContext",
     "Idempotency",
     "JobDoesNotExist",
     "JobId",
     "NonReplaceableReason",
     "RetryPolicy",
+    "Task",
     "Throttle",
     "Unique",
     "WorkhorseError",
@@ -75,4 +84,6 @@ __all__ = [
     "enqueue_with_result",
     "prune_expired_bindings",
     "purge",
+    "register",
+    "task",
 ]

@@ -72,3 +72,15 @@ class JobDoesNotExist(WorkhorseError, ObjectDoesNotExist):  # noqa: N818 (Django
 def _short_repr(value: Any, limit: int = 80) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+class HandlerNotRegisteredError(WorkhorseError, LookupError):
+    """No handler is registered for a job type."""
+
+    def __init__(self, job_type: str) -> None:
+        self.job_type = job_type
+        super().__init__(f"no handler is registered for job type {job_type!r}")
+
+
+class LeaseLostError(WorkhorseError):
+    """This worker's lease on the job expired and another worker may own it; stop working on it."""

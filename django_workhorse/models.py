@@ -17,6 +17,8 @@ from django_workhorse.fingerprint import key_digest
 from django_workhorse.types import KeyMode
 
 JOB_READY_IDX = "workhorse_job_ready_idx"
+JOB_LEASE_IDX = "workhorse_job_lease_idx"
+CHECKPOINT_NAME_UNIQ = "workhorse_checkpoint_job_name_uniq"
 JOB_PRIORITY_CHECK = "workhorse_job_priority_check"
 JOB_MAX_ATTEMPTS_CHECK = "workhorse_job_max_attempts_check"
 JOB_ATTEMPT_CHECK = "workhorse_job_attempt_check"
@@ -66,6 +68,7 @@ class EventKind(models.TextChoices):
     REDRIVEN = "redriven"
     CHECKPOINT_SAVED = "checkpoint_saved"
     PURGED = "purged"
+    RELEASED = "released"
 
 
 class Job(models.Model):
@@ -92,6 +95,7 @@ class Job(models.Model):
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     result = models.JSONField(encoder=DjangoJSONEncoder, null=True, blank=True)
     last_error = models.TextField(blank=True, default="")
+    claimed_by = models.CharField(max_length=255, blank=True, db_default="", help_text="The worker of the last claim.")
 
     class Meta:
         db_table = "workhorse_job"
@@ -105,6 +109,8 @@ class Job(models.Model):
                 name=JOB_READY_IDX,
                 condition=models.Q(status=JobStatus.QUEUED),
             ),
+            # Finds running jobs whose lease expired, for any worker to reclaim.
+            models.Index(fields=["lease_expires_at"], name=JOB_LEASE_IDX, condition=models.Q(status=JobStatus.RUNNING)),
         ]
         constraints = [
             models.CheckConstraint(
@@ -207,3 +213,20 @@ class JobEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} (job {self.job_id})"
+
+
+class Checkpoint(models.Model):
+    """The stored result of one named stage of a job, reused by its later attempts."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="checkpoints")
+    name = models.CharField(max_length=200)
+    value = models.JSONField(encoder=DjangoJSONEncoder, null=True)
+    attempt = models.IntegerField(help_text="The attempt that saved it.")
+    created_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "workhorse_checkpoint"
+        constraints = [models.UniqueConstraint(fields=["job", "name"], name=CHECKPOINT_NAME_UNIQ)]
+
+    def __str__(self) -> str:
+        return f"{self.name} (job {self.job_id})"

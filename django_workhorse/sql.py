@@ -8,7 +8,8 @@ are always bound (``%(name)s``), never formatted in.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, cast
@@ -16,6 +17,7 @@ from typing import Any, cast
 import psycopg
 from django.db import connections
 from django.db.backends.utils import CursorWrapper
+from psycopg import sql as pgsql
 
 from django_workhorse.conf import app_settings
 from django_workhorse.models import JOB_ID_SEQUENCE
@@ -167,6 +169,221 @@ WHERE id IN (
     FOR UPDATE SKIP LOCKED
 )
 """
+
+
+# claim: lease up to %(limit)s ready jobs of the given queues, skipping rows other workers hold,
+# in priority, run_at, id order; uses workhorse_job_ready_idx. Each claim gets a fresh lease token.
+CLAIM = """
+WITH claimed AS (
+    UPDATE workhorse_job AS job
+    SET status = 'running', attempt = job.attempt + 1, lease_token = gen_random_uuid(),
+        lease_expires_at = clock_timestamp() + %(lease)s, started_at = clock_timestamp(),
+        claimed_by = %(worker)s
+    WHERE job.id IN (
+        SELECT id FROM workhorse_job
+        WHERE status = 'queued' AND queue = ANY(%(queues)s::text[]) AND run_at <= clock_timestamp()
+        ORDER BY queue, priority DESC, run_at, id
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    )
+    RETURNING job.id, job.job_type, job.queue, job.payload, job.attempt, job.max_attempts,
+              job.retry_policy, job.deadline, job.timeout, job.lease_token, job.priority, job.run_at
+),
+events AS (
+    INSERT INTO workhorse_job_event (job_id, kind, attempt, at, details)
+    SELECT id, 'claimed', attempt, clock_timestamp(), jsonb_build_object('worker', %(worker)s::text)
+    FROM claimed
+)
+SELECT * FROM claimed ORDER BY priority DESC, run_at, id
+"""
+
+# finish: record an attempt's end, fenced by the lease token: a worker whose lease expired (and
+# whose job another worker may now hold) changes nothing. %(status)s is 'succeeded', 'queued'
+# (a retry at %(run_at)s) or 'dead'. Appends the events given as a JSON array of [kind, details].
+FINISH = """
+WITH finished AS (
+    UPDATE workhorse_job
+    SET status = %(status)s::text, result = %(result)s::jsonb, last_error = %(error)s::text,
+        run_at = coalesce(%(run_at)s::timestamptz, run_at), lease_token = NULL, lease_expires_at = NULL,
+        finished_at = CASE WHEN %(status)s::text = 'queued' THEN NULL ELSE clock_timestamp() END
+    WHERE id = %(job_id)s AND lease_token = %(token)s AND status = 'running'
+    RETURNING id, attempt
+),
+events AS (
+    INSERT INTO workhorse_job_event (job_id, kind, attempt, at, details)
+    SELECT finished.id, event->>0, finished.attempt, clock_timestamp(), event->1
+    FROM finished, jsonb_array_elements(%(events)s::jsonb) AS event
+)
+SELECT count(*) FROM finished
+"""
+
+# extend_leases: push the lease of jobs this worker still owns; returns the ids still owned
+# (a job missing from the answer was reclaimed: its handler must stop).
+EXTEND_LEASES = """
+UPDATE workhorse_job AS job
+SET lease_expires_at = clock_timestamp() + %(lease)s
+FROM unnest(%(job_ids)s::bigint[], %(tokens)s::uuid[]) AS held(id, token)
+WHERE job.id = held.id AND job.lease_token = held.token AND job.status = 'running'
+RETURNING job.id
+"""
+
+# release: give held jobs back to the queue at once (a clean stop); an attempt that never started
+# its handler is not counted. Fenced by the lease token.
+RELEASE = """
+WITH released AS (
+    UPDATE workhorse_job AS job
+    SET status = 'queued', lease_token = NULL, lease_expires_at = NULL, run_at = clock_timestamp(),
+        attempt = job.attempt - CASE WHEN held.started THEN 0 ELSE 1 END
+    FROM unnest(%(job_ids)s::bigint[], %(tokens)s::uuid[], %(started)s::boolean[]) AS held(id, token, started)
+    WHERE job.id = held.id AND job.lease_token = held.token AND job.status = 'running'
+    RETURNING job.id, job.attempt
+)
+INSERT INTO workhorse_job_event (job_id, kind, attempt, at, details)
+SELECT id, 'released', attempt, clock_timestamp(), '{}'::jsonb FROM released
+"""
+
+# reclaim_expired: requeue running jobs whose lease expired (their worker died or stalled), or
+# bury them when that was their last attempt; uses workhorse_job_lease_idx.
+RECLAIM_EXPIRED = """
+WITH expired AS (
+    UPDATE workhorse_job AS job
+    SET status = CASE WHEN job.attempt >= job.max_attempts THEN 'dead' ELSE 'queued' END,
+        lease_token = NULL, lease_expires_at = NULL,
+        finished_at = CASE WHEN job.attempt >= job.max_attempts THEN clock_timestamp() END,
+        last_error = CASE WHEN job.attempt >= job.max_attempts
+                          THEN 'lease expired on the last attempt' ELSE job.last_error END
+    WHERE job.id IN (
+        SELECT id FROM workhorse_job
+        WHERE status = 'running' AND lease_expires_at < clock_timestamp()
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    )
+    RETURNING job.id, job.attempt, job.status
+),
+events AS (
+    INSERT INTO workhorse_job_event (job_id, kind, attempt, at, details)
+    SELECT id, 'lease_expired', attempt, clock_timestamp(), '{}'::jsonb FROM expired
+    UNION ALL
+    SELECT id, 'dead', attempt, clock_timestamp(), '{}'::jsonb FROM expired WHERE status = 'dead'
+)
+SELECT count(*) FROM expired
+"""
+
+# save_checkpoint: store a stage result once per job, only while this worker holds the lease
+# (FOR SHARE waits out a concurrent reclaim); returns whether the lease was held.
+SAVE_CHECKPOINT = """
+WITH owner AS (
+    SELECT id, attempt FROM workhorse_job
+    WHERE id = %(job_id)s AND lease_token = %(token)s AND status = 'running'
+    FOR SHARE
+),
+saved AS (
+    INSERT INTO workhorse_checkpoint (job_id, name, value, attempt, created_at)
+    SELECT id, %(name)s, %(value)s::jsonb, attempt, clock_timestamp() FROM owner
+    ON CONFLICT (job_id, name) DO NOTHING
+    RETURNING value
+),
+events AS (
+    INSERT INTO workhorse_job_event (job_id, kind, attempt, at, details)
+    SELECT id, 'checkpoint_saved', attempt, clock_timestamp(), jsonb_build_object('name', %(name)s::text)
+    FROM owner WHERE EXISTS (SELECT 1 FROM saved)
+)
+SELECT (SELECT count(*) FROM owner), (SELECT count(*) FROM saved)
+"""
+
+# listen: subscribe a dedicated connection to the channel enqueue notifies on commit.
+LISTEN = "LISTEN {channel}"
+
+
+@contextmanager
+def listen(alias: str, channel: str) -> Iterator[psycopg.Connection[Any]]:
+    """Open a dedicated autocommit connection (outside Django's) that LISTENs on ``channel``."""
+    params = connections[alias].get_connection_params()
+    for django_only in ("cursor_factory", "context", "prepare_threshold", "server_side_binding"):
+        params.pop(django_only, None)
+    with psycopg.connect(**params, autocommit=True) as conn:
+        conn.execute(pgsql.SQL(LISTEN).format(channel=pgsql.Identifier(channel)))
+        yield conn
+
+
+# load_checkpoint: the stored result of a stage, if any (workhorse_checkpoint_job_name_uniq).
+LOAD_CHECKPOINT = "SELECT value FROM workhorse_checkpoint WHERE job_id = %(job_id)s AND name = %(name)s"
+
+
+@dataclass(frozen=True)
+class ClaimedJob:
+    """A job this worker holds a lease on."""
+
+    id: int
+    job_type: str
+    queue: str
+    payload: Any
+    attempt: int
+    max_attempts: int
+    retry_policy: dict[str, Any]
+    deadline: datetime | None
+    timeout: timedelta | None
+    lease_token: Any
+
+
+def claim(alias: str, *, queues: Sequence[str], limit: int, lease: timedelta, worker: str) -> list[ClaimedJob]:
+    """Run CLAIM; return the leased jobs in priority order."""
+    params = {"queues": list(queues), "limit": limit, "lease": lease, "worker": worker}
+    return [
+        ClaimedJob(*(_json(value) if i in (3, 6) else value for i, value in enumerate(row[:10])))
+        for row in _execute(alias, CLAIM, params)
+    ]
+
+
+def finish(
+    alias: str, job: ClaimedJob, *, status: str, result: str | None = None, error: str = "",
+    run_at: datetime | None = None, events: Sequence[tuple[str, dict[str, Any]]] = (),
+) -> bool:  # fmt: skip
+    """Run FINISH; return whether this worker still held the job (False: the lease was lost)."""
+    params = {
+        "job_id": job.id, "token": job.lease_token, "status": status, "result": result, "error": error,
+        "run_at": run_at, "events": json.dumps([[kind, details] for kind, details in events], default=str),
+    }  # fmt: skip
+    return bool(_execute(alias, FINISH, params)[0][0])
+
+
+def extend_leases(alias: str, held: Sequence[ClaimedJob], lease: timedelta) -> set[int]:
+    """Run EXTEND_LEASES; return the ids of the jobs still held."""
+    params = {"job_ids": [j.id for j in held], "tokens": [j.lease_token for j in held], "lease": lease}
+    return {row[0] for row in _execute(alias, EXTEND_LEASES, params)}
+
+
+def release(alias: str, held: Sequence[tuple[ClaimedJob, bool]]) -> None:
+    """Run RELEASE for ``(job, handler_started)`` pairs."""
+    params = {
+        "job_ids": [job.id for job, _ in held],
+        "tokens": [job.lease_token for job, _ in held],
+        "started": [started for _, started in held],
+    }
+    with _cursor(alias) as cursor:
+        cursor.execute(RELEASE, params)
+
+
+def reclaim_expired(alias: str, *, limit: int = 1000) -> int:
+    """Run RECLAIM_EXPIRED once; return how many jobs it took back."""
+    return int(_execute(alias, RECLAIM_EXPIRED, {"limit": limit})[0][0])
+
+
+def save_checkpoint(alias: str, job: ClaimedJob, name: str, value_json: str) -> bool:
+    """Run SAVE_CHECKPOINT; return whether this worker still held the job."""
+    params = {"job_id": job.id, "token": job.lease_token, "name": name, "value": value_json}
+    return bool(_execute(alias, SAVE_CHECKPOINT, params)[0][0])
+
+
+def load_checkpoint(alias: str, job_id: int, name: str) -> tuple[bool, Any]:
+    """Run LOAD_CHECKPOINT; return (found, value)."""
+    rows = _execute(alias, LOAD_CHECKPOINT, {"job_id": job_id, "name": name})
+    return (True, _json(rows[0][0])) if rows else (False, None)
+
+
+def _json(value: Any) -> Any:
+    # Django's connections hand jsonb back as text; the ORM decodes it, raw cursors do not.
+    return json.loads(value) if isinstance(value, str) else value
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,100 @@
+"""``manage.py workhorse_worker``: run jobs until stopped."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from datetime import timedelta
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandParser
+
+from django_workhorse.worker import Worker
+
+MAX_CONCURRENCY = 100
+
+
+def bounded_int(low: int, high: int) -> Any:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be an integer in {low}..{high}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be an integer in {low}..{high}")
+        return value
+
+    return parse
+
+
+def positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("must be a number of seconds > 0") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError("must be a number of seconds > 0")
+    return value
+
+
+def queue_list(text: str) -> list[str]:
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError("must name at least one queue")
+    return names
+
+
+class Command(BaseCommand):
+    help = "Run django-workhorse jobs until SIGTERM/SIGINT (or, with --burst, until no job is ready)."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--queues", type=queue_list, default=["default"], help="Comma-separated queues.")
+        parser.add_argument("--concurrency", type=bounded_int(1, MAX_CONCURRENCY), default=1, help="Threads, 1..100.")
+        parser.add_argument("--batch", type=bounded_int(1, 1000), default=None, help="Jobs claimed per round trip.")
+        parser.add_argument("--burst", action="store_true", help="Exit when no job is ready.")
+        parser.add_argument("--max-jobs", type=bounded_int(1, 10**9), default=None, help="Exit after this many.")
+        parser.add_argument("--lease", type=positive_seconds, default=30.0, help="Lease in seconds (30).")
+        parser.add_argument("--poll-interval", type=positive_seconds, default=1.0, help="Fallback poll (1 s).")
+        parser.add_argument("--drain-timeout", type=positive_seconds, default=25.0, help="Grace on stop (25 s).")
+        parser.add_argument("--database", default="default", help="Database alias for jobs.")
+        parser.add_argument(
+            "--listen-database",
+            default=None,
+            help="Alias for the LISTEN connection (default: --database); 'none' polls only (PgBouncer).",
+        )
+
+    def handle(
+        self,
+        *args: Any,
+        queues: list[str],
+        concurrency: int,
+        batch: int | None,
+        burst: bool,
+        max_jobs: int | None,
+        lease: float,
+        poll_interval: float,
+        drain_timeout: float,
+        database: str,
+        listen_database: str | None,
+        verbosity: int,
+        **options: Any,
+    ) -> None:
+        logging.getLogger("django_workhorse").setLevel(
+            {0: logging.WARNING, 1: logging.INFO}.get(verbosity, logging.DEBUG)
+        )
+        listen = database if listen_database is None else (None if listen_database == "none" else listen_database)
+        worker = Worker(
+            queues=queues,
+            concurrency=concurrency,
+            batch=batch,
+            lease=timedelta(seconds=lease),
+            poll_interval=poll_interval,
+            burst=burst,
+            max_jobs=max_jobs,
+            drain_timeout=timedelta(seconds=drain_timeout),
+            using=database,
+            listen_using=listen,
+        )
+        stats = worker.run()
+        if verbosity:
+            self.stdout.write(f"Claimed {stats.claimed} job(s); finished: {stats.finished or 'none'}.")

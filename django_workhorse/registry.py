@@ -1,0 +1,103 @@
+"""Handlers by job type: ``@task`` functions and plain ``register(job_type, fn)`` handlers."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from django_workhorse.exceptions import HandlerNotRegisteredError
+
+F = TypeVar("F", bound=Callable[..., Any])
+CONTEXT_NAMES = frozenset({"ctx", "context"})
+
+_handlers: dict[str, Handler] = {}
+
+
+@dataclass(frozen=True)
+class Handler:
+    """How to call the code registered for a job type."""
+
+    job_type: str
+    func: Callable[..., Any]
+    takes_context: bool
+    # Task functions get their bound arguments back as parameters; plain handlers get the payload.
+    spreads_payload: bool
+
+    def call(self, payload: Any, context: Any) -> Any:
+        """Call the handler with ``payload`` (and ``context`` if it declares one)."""
+        head = (context,) if self.takes_context else ()
+        if not self.spreads_payload:
+            return self.func(*head, payload)
+        args, kwargs = _unbind(self.func, payload, skip=len(head))
+        return self.func(*head, *args, **kwargs)
+
+
+def register(job_type: str, func: F | None = None) -> Any:
+    """Register ``func`` as the handler of ``job_type``; usable as ``@register("type")`` too.
+
+    The handler is called as ``func(payload)``, or ``func(ctx, payload)`` when its first
+    parameter is named ``ctx``/``context`` or annotated ``HandlerContext``.
+    """
+
+    def decorate(fn: F) -> F:
+        add_handler(Handler(job_type, fn, takes_context=declares_context(fn), spreads_payload=False))
+        return fn
+
+    return decorate(func) if func is not None else decorate
+
+
+def add_handler(handler: Handler) -> None:
+    """Register ``handler``; a job type has exactly one handler (re-registering replaces it)."""
+    _handlers[handler.job_type] = handler
+
+
+def get_handler(job_type: str) -> Handler:
+    """Return the handler of ``job_type``. Raise ``HandlerNotRegisteredError`` if there is none."""
+    try:
+        return _handlers[job_type]
+    except KeyError:
+        raise HandlerNotRegisteredError(job_type) from None
+
+
+def declares_context(func: Callable[..., Any]) -> bool:
+    """Return whether ``func``'s first parameter is the handler context."""
+    params = list(inspect.signature(func).parameters.values())
+    if not params or params[0].kind not in (params[0].POSITIONAL_ONLY, params[0].POSITIONAL_OR_KEYWORD):
+        return False
+    annotation = params[0].annotation
+    named = getattr(annotation, "__name__", annotation)
+    return params[0].name in CONTEXT_NAMES or named == "HandlerContext"
+
+
+def bind_arguments(func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Bind a call to ``func``'s signature (defaults applied) and return ``{parameter: value}``.
+
+    Raise ``TypeError`` in the caller, as calling ``func`` would, if the arguments do not fit.
+    """
+    signature = inspect.signature(func)
+    if declares_context(func):
+        params = list(signature.parameters.values())[1:]
+        signature = signature.replace(parameters=params)
+    bound = signature.bind(*args, **kwargs)
+    bound.apply_defaults()
+    return dict(bound.arguments)
+
+
+def _unbind(func: Callable[..., Any], payload: dict[str, Any], *, skip: int) -> tuple[list[Any], dict[str, Any]]:
+    args: list[Any] = []
+    kwargs: dict[str, Any] = {}
+    for param in list(inspect.signature(func).parameters.values())[skip:]:
+        if param.name not in payload:
+            continue
+        value = payload[param.name]
+        if param.kind == param.POSITIONAL_ONLY:
+            args.append(value)
+        elif param.kind == param.VAR_POSITIONAL:
+            args.extend(value)
+        elif param.kind == param.VAR_KEYWORD:
+            kwargs.update(value)
+        else:
+            kwargs[param.name] = value
+    return args, kwargs

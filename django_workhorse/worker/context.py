@@ -1,0 +1,93 @@
+"""HandlerContext: what a handler may know and do about the job it runs."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable
+from datetime import datetime
+from typing import TypeVar
+
+from django_workhorse import sql
+from django_workhorse.exceptions import LeaseLostError
+from django_workhorse.fingerprint import canonical_json
+
+T = TypeVar("T")
+logger = logging.getLogger("django_workhorse.handlers")
+
+
+class HandlerContext:
+    """Passed to handlers that declare it (a first parameter named ``ctx`` or annotated so).
+
+    ``idempotency_key`` is stable for the job: the same on every attempt, fit for a provider's
+    ``Idempotency-Key`` header. ``checkpoint(name, fn)`` runs ``fn`` once per job and stores its
+    JSON result; later attempts get the stored result without running ``fn`` again.
+    """
+
+    def __init__(self, job: sql.ClaimedJob, *, alias: str, on_heartbeat: Callable[[], None]) -> None:
+        self._job = job
+        self._alias = alias
+        self._on_heartbeat = on_heartbeat
+        self._cancel = threading.Event()
+        self.logger = logging.LoggerAdapter(logger, {"job_id": job.id, "attempt": job.attempt})
+
+    @property
+    def job_id(self) -> int:
+        return self._job.id
+
+    @property
+    def job_type(self) -> str:
+        return self._job.job_type
+
+    @property
+    def attempt(self) -> int:
+        """1 on the first attempt, 2 after one retry or a reclaimed lease, and so on."""
+        return self._job.attempt
+
+    @property
+    def idempotency_key(self) -> str:
+        """A key for this job that every attempt shares: ``workhorse-job-<id>``."""
+        return f"workhorse-job-{self._job.id}"
+
+    @property
+    def deadline(self) -> datetime | None:
+        return self._job.deadline
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether the worker wants this handler to stop (shutdown, lost lease)."""
+        return self._cancel.is_set()
+
+    def raise_if_cancelled(self) -> None:
+        """Raise ``LeaseLostError`` if the handler should stop now."""
+        if self._cancel.is_set():
+            raise LeaseLostError(f"job {self.job_id}: this worker no longer holds its lease")
+
+    def heartbeat(self) -> None:
+        """Tell the worker the handler is alive; it extends the lease (it also does so on its own)."""
+        self._on_heartbeat()
+        self.raise_if_cancelled()
+
+    def checkpoint(self, name: str, fn: Callable[[], T]) -> T:
+        """Return the stored result of stage ``name``, or run ``fn``, store and return its result.
+
+        The store is fenced by the lease: raise ``LeaseLostError`` if another worker may own the
+        job now. A crash after ``fn``'s effect and before the store runs ``fn`` again next attempt.
+        """
+        found, value = sql.load_checkpoint(self._alias, self.job_id, name)
+        if found:
+            return value  # type: ignore[no-any-return]
+        text = canonical_json(fn())
+        if not sql.save_checkpoint(self._alias, self._job, name, text):
+            self.cancel()
+            self.raise_if_cancelled()
+        # Every attempt gets the stored (JSON) form, not the first attempt's Python objects.
+        return json.loads(text)  # type: ignore[no-any-return]
+
+    def cancel(self) -> None:
+        """Ask the handler to stop (used by the worker)."""
+        self._cancel.set()
+
+    def __repr__(self) -> str:
+        return f"<HandlerContext job={self.job_id} attempt={self.attempt}>"

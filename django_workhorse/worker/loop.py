@@ -1,0 +1,288 @@
+"""Worker: claim ready jobs, run them on threads, keep their leases alive, stop gracefully."""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import signal
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+from django.db import DatabaseError, close_old_connections, connections
+
+from django_workhorse import sql
+from django_workhorse.conf import app_settings
+from django_workhorse.worker.context import HandlerContext
+from django_workhorse.worker.execution import run_job
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_LEASE = timedelta(seconds=30)
+DEFAULT_DRAIN_TIMEOUT = timedelta(seconds=25)
+
+
+@dataclass
+class _Held:
+    """A job this worker holds, and whether its handler started."""
+
+    job: sql.ClaimedJob
+    context: HandlerContext
+    started: bool = False
+
+    def mark_started(self) -> None:
+        self.started = True
+
+
+@dataclass
+class WorkerStats:
+    """What a worker did, returned by :meth:`Worker.run`."""
+
+    claimed: int = 0
+    finished: dict[str, int] = field(default_factory=dict)
+
+
+class Worker:
+    """Run jobs of ``queues`` on ``concurrency`` threads until stopped (or, in burst mode, idle).
+
+    Wakes on LISTEN/NOTIFY (on the ``listen_using`` alias; ``None`` polls only, as behind
+    PgBouncer in transaction mode) and polls every ``poll_interval`` seconds as a fallback.
+    """
+
+    def __init__(
+        self,
+        *,
+        queues: Sequence[str] = ("default",),
+        concurrency: int = 1,
+        batch: int | None = None,
+        lease: timedelta = DEFAULT_LEASE,
+        poll_interval: float = 1.0,
+        burst: bool = False,
+        max_jobs: int | None = None,
+        drain_timeout: timedelta = DEFAULT_DRAIN_TIMEOUT,
+        using: str = "default",
+        listen_using: str | None = "default",
+        name: str | None = None,
+    ) -> None:
+        self.queues = list(queues)
+        self.concurrency = concurrency
+        self.batch = batch or concurrency
+        self.lease = lease
+        self.poll_interval = poll_interval
+        self.burst = burst
+        self.max_jobs = max_jobs
+        self.drain_timeout = drain_timeout
+        self.using = using
+        self.listen_using = listen_using
+        self.name = name or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self.stats = WorkerStats()
+        self._stopping = threading.Event()
+        self._wake = threading.Event()
+        self._listening = threading.Event()
+        self._heartbeats_done = threading.Event()
+        self._lock = threading.Lock()
+        self._held: dict[int, _Held] = {}
+        self._work: queue.Queue[_Held | None] = queue.Queue()
+
+    # -- public --------------------------------------------------------------------------------
+
+    def run(self) -> WorkerStats:
+        """Work until stopped (SIGTERM/SIGINT or :meth:`stop`), or until idle in burst mode."""
+        logger.info("Worker starting name=%s queues=%s concurrency=%s", self.name, self.queues, self.concurrency)
+        executors = [self._thread(self._execute_forever, f"executor-{i}") for i in range(self.concurrency)]
+        helpers = [self._thread(self._heartbeat_forever, "heartbeat")]
+        if self.listen_using is not None:
+            helpers.append(self._thread(self._listen_forever, "listener"))
+        with self._signals_stop_me():
+            try:
+                self._claim_until_done()
+            finally:
+                self._drain(executors, helpers)
+        logger.info("Worker stopped name=%s claimed=%s finished=%s", self.name, self.stats.claimed, self.stats.finished)
+        return self.stats
+
+    def stop(self) -> None:
+        """Stop claiming; running handlers get ``drain_timeout`` to finish."""
+        self._stopping.set()
+        self._wake.set()
+
+    def wait_until_listening(self, timeout: float) -> bool:
+        """Block until the LISTEN connection is up (for tests and tools); return whether it is."""
+        return self._listening.wait(timeout)
+
+    # -- claim loop ----------------------------------------------------------------------------
+
+    def _claim_until_done(self) -> None:
+        next_reclaim = 0.0
+        while not self._stopping.is_set():
+            close_old_connections()
+            try:
+                next_reclaim = self._reclaim_if_due(next_reclaim)
+                claimed = self._claim()
+            except DatabaseError:
+                logger.exception("Claim failed; retrying after the poll interval")
+                connections[self.using].close()
+                claimed = 0
+            if self._should_exit(claimed):
+                return
+            if claimed == 0 or self._free_slots() == 0:
+                self._wake.wait(self.poll_interval)
+                self._wake.clear()
+
+    def _claim(self) -> int:
+        limit = min(self._free_slots(), self.batch, self._budget())
+        if limit <= 0:
+            return 0
+        jobs = sql.claim(self.using, queues=self.queues, limit=limit, lease=self.lease, worker=self.name)
+        for job in jobs:
+            held = _Held(job, HandlerContext(job, alias=self.using, on_heartbeat=self._wake.set))
+            with self._lock:
+                self._held[job.id] = held
+            self._work.put(held)
+        self.stats.claimed += len(jobs)
+        return len(jobs)
+
+    def _free_slots(self) -> int:
+        with self._lock:
+            return self.concurrency - len(self._held)
+
+    def _budget(self) -> int:
+        return self.concurrency if self.max_jobs is None else self.max_jobs - self.stats.claimed
+
+    def _should_exit(self, claimed: int) -> bool:
+        with self._lock:
+            idle = not self._held
+        if self.max_jobs is not None and self.stats.claimed >= self.max_jobs:
+            return idle
+        return self.burst and claimed == 0 and idle
+
+    def _reclaim_if_due(self, due: float) -> float:
+        now = time.monotonic()
+        if now < due:
+            return due
+        if reclaimed := sql.reclaim_expired(self.using):
+            logger.warning("Reclaimed jobs with expired leases count=%s", reclaimed)
+        return now + max(self.lease.total_seconds() / 3, 0.5)
+
+    # -- executors -----------------------------------------------------------------------------
+
+    def _execute_forever(self) -> None:
+        while (held := self._work.get()) is not None:
+            close_old_connections()
+            try:
+                status = run_job(held.job, alias=self.using, context=held.context, started=held.mark_started)
+            except DatabaseError:
+                # The outcome could not be written: the lease runs out and another worker retries.
+                logger.exception("Recording the outcome failed id=%s", held.job.id)
+                connections[self.using].close()
+                status = "unrecorded"
+            with self._lock:
+                self._held.pop(held.job.id, None)
+                self.stats.finished[status] = self.stats.finished.get(status, 0) + 1
+            self._wake.set()
+        connections.close_all()
+
+    # -- heartbeats ----------------------------------------------------------------------------
+
+    def _heartbeat_forever(self) -> None:
+        # Runs through the drain too: handlers still finishing keep their leases.
+        while not self._heartbeats_done.wait(self.lease.total_seconds() / 3):
+            with self._lock:
+                held = list(self._held.values())
+            if held:
+                self._extend(held)
+        connections.close_all()
+
+    def _extend(self, held: list[_Held]) -> None:
+        try:
+            alive = sql.extend_leases(self.using, [h.job for h in held], self.lease)
+        except DatabaseError:
+            logger.exception("Extending leases failed")
+            connections[self.using].close()
+            return
+        for lost in (h for h in held if h.job.id not in alive):
+            logger.warning("Lease lost id=%s; asking its handler to stop", lost.job.id)
+            lost.context.cancel()
+
+    # -- LISTEN --------------------------------------------------------------------------------
+
+    def _listen_forever(self) -> None:
+        assert self.listen_using is not None
+        while not self._stopping.is_set():
+            try:
+                with sql.listen(self.listen_using, app_settings.NOTIFY_CHANNEL) as conn:
+                    self._listening.set()
+                    while not self._stopping.is_set():
+                        for notice in conn.notifies(timeout=0.5):
+                            if notice.payload in self.queues:
+                                self._wake.set()
+            except psycopg.Error:
+                self._listening.clear()
+                logger.exception("LISTEN connection failed; reconnecting")
+                self._stopping.wait(1.0)
+
+    # -- shutdown ------------------------------------------------------------------------------
+
+    def _drain(self, executors: list[threading.Thread], helpers: list[threading.Thread]) -> None:
+        self._stopping.set()
+        self._release_unstarted()
+        for _ in range(self.concurrency):
+            self._work.put(None)
+        deadline = time.monotonic() + self.drain_timeout.total_seconds()
+        for thread in executors:
+            thread.join(max(deadline - time.monotonic(), 0))
+        with self._lock:
+            still = list(self._held.values())
+        if still:
+            logger.warning("Releasing jobs still running after the drain timeout count=%s", len(still))
+            for held in still:
+                held.context.cancel()
+            sql.release(self.using, [(h.job, h.started) for h in still])
+        self._heartbeats_done.set()
+        for thread in helpers:
+            thread.join(5)
+        connections[self.using].close()
+
+    def _release_unstarted(self) -> None:
+        unstarted = []
+        while True:
+            try:
+                held = self._work.get_nowait()
+            except queue.Empty:
+                break
+            if held is not None:
+                unstarted.append(held)
+        if unstarted:
+            sql.release(self.using, [(h.job, False) for h in unstarted])
+            with self._lock:
+                for held in unstarted:
+                    self._held.pop(held.job.id, None)
+
+    @contextmanager
+    def _signals_stop_me(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = {sig: signal.signal(sig, lambda *_: self.stop()) for sig in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    def _thread(self, target: Any, name: str) -> threading.Thread:
+        thread = threading.Thread(target=target, name=f"workhorse-{name}", daemon=True)
+        thread.start()
+        return thread
+
+
+def _mark(held: _Held) -> None:
+    held.started = True
