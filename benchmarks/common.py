@@ -43,7 +43,7 @@ def reset_tables() -> None:
     from django.db import connection
 
     with connection.cursor() as cursor:
-        cursor.execute("TRUNCATE workhorse_job_event, workhorse_binding, workhorse_job")
+        cursor.execute("TRUNCATE workhorse_job CASCADE")
         cursor.execute("CHECKPOINT")
 
 

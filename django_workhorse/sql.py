@@ -171,21 +171,31 @@ WHERE id IN (
 """
 
 
-# claim: lease up to %(limit)s ready jobs of the given queues, skipping rows other workers hold,
-# in priority, run_at, id order; uses workhorse_job_ready_idx. Each claim gets a fresh lease token.
+# claim: lease up to %(limit)s ready jobs of the given queues in priority DESC, run_at, id order,
+# skipping rows other workers hold. Each queue is read through workhorse_job_ready_idx (queue,
+# priority DESC, run_at, id) in exactly its order; the best %(limit)s of those candidates win, so
+# the order holds across queues too. Each claim gets a fresh lease token.
 CLAIM = """
-WITH claimed AS (
+WITH candidates AS (
+    SELECT ready.id, ready.priority, ready.run_at
+    FROM unnest(%(queues)s::text[]) AS wanted(queue),
+    LATERAL (
+        SELECT id, priority, run_at FROM workhorse_job
+        WHERE status = 'queued' AND queue = wanted.queue AND run_at <= clock_timestamp()
+        ORDER BY priority DESC, run_at, id
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    ) AS ready
+    ORDER BY ready.priority DESC, ready.run_at, ready.id
+    LIMIT %(limit)s
+),
+claimed AS (
     UPDATE workhorse_job AS job
     SET status = 'running', attempt = job.attempt + 1, lease_token = gen_random_uuid(),
         lease_expires_at = clock_timestamp() + %(lease)s, started_at = clock_timestamp(),
         claimed_by = %(worker)s
-    WHERE job.id IN (
-        SELECT id FROM workhorse_job
-        WHERE status = 'queued' AND queue = ANY(%(queues)s::text[]) AND run_at <= clock_timestamp()
-        ORDER BY queue, priority DESC, run_at, id
-        LIMIT %(limit)s
-        FOR UPDATE SKIP LOCKED
-    )
+    FROM candidates
+    WHERE job.id = candidates.id
     RETURNING job.id, job.job_type, job.queue, job.payload, job.attempt, job.max_attempts,
               job.retry_policy, job.deadline, job.timeout, job.lease_token, job.priority, job.run_at
 ),
@@ -197,24 +207,31 @@ events AS (
 SELECT * FROM claimed ORDER BY priority DESC, run_at, id
 """
 
-# finish: record an attempt's end, fenced by the lease token: a worker whose lease expired (and
-# whose job another worker may now hold) changes nothing. %(status)s is 'succeeded', 'queued'
-# (a retry at %(run_at)s) or 'dead'. Appends the events given as a JSON array of [kind, details].
-FINISH = """
-WITH finished AS (
-    UPDATE workhorse_job
-    SET status = %(status)s::text, result = %(result)s::jsonb, last_error = %(error)s::text,
-        run_at = coalesce(%(run_at)s::timestamptz, run_at), lease_token = NULL, lease_expires_at = NULL,
-        finished_at = CASE WHEN %(status)s::text = 'queued' THEN NULL ELSE clock_timestamp() END
-    WHERE id = %(job_id)s AND lease_token = %(token)s AND status = 'running'
-    RETURNING id, attempt
+# record_outcomes: write how attempts ended, many in one statement, each fenced by its lease
+# token: a worker whose lease expired (the job may be another worker's now) changes nothing.
+# status is 'succeeded', 'queued' (a retry at run_at) or 'dead'; each outcome brings its events.
+RECORD_OUTCOMES = """
+WITH outcome AS (
+    SELECT (o->>'id')::bigint AS id, (o->>'token')::uuid AS token, o->>'status' AS status,
+           o->'result' AS result, o->>'error' AS error, (o->>'run_at')::timestamptz AS run_at,
+           o->'events' AS events
+    FROM jsonb_array_elements(%(outcomes)s::jsonb) AS o
+),
+finished AS (
+    UPDATE workhorse_job AS job
+    SET status = outcome.status, result = outcome.result, last_error = outcome.error,
+        run_at = coalesce(outcome.run_at, job.run_at), lease_token = NULL, lease_expires_at = NULL,
+        finished_at = CASE WHEN outcome.status = 'queued' THEN NULL ELSE clock_timestamp() END
+    FROM outcome
+    WHERE job.id = outcome.id AND job.lease_token = outcome.token AND job.status = 'running'
+    RETURNING job.id, job.attempt, outcome.events
 ),
 events AS (
     INSERT INTO workhorse_job_event (job_id, kind, attempt, at, details)
     SELECT finished.id, event->>0, finished.attempt, clock_timestamp(), event->1
-    FROM finished, jsonb_array_elements(%(events)s::jsonb) AS event
+    FROM finished, jsonb_array_elements(finished.events) AS event
 )
-SELECT count(*) FROM finished
+SELECT id FROM finished
 """
 
 # extend_leases: push the lease of jobs this worker still owns; returns the ids still owned
@@ -335,16 +352,24 @@ def claim(alias: str, *, queues: Sequence[str], limit: int, lease: timedelta, wo
     ]
 
 
-def finish(
-    alias: str, job: ClaimedJob, *, status: str, result: str | None = None, error: str = "",
-    run_at: datetime | None = None, events: Sequence[tuple[str, dict[str, Any]]] = (),
-) -> bool:  # fmt: skip
-    """Run FINISH; return whether this worker still held the job (False: the lease was lost)."""
-    params = {
-        "job_id": job.id, "token": job.lease_token, "status": status, "result": result, "error": error,
-        "run_at": run_at, "events": json.dumps([[kind, details] for kind, details in events], default=str),
-    }  # fmt: skip
-    return bool(_execute(alias, FINISH, params)[0][0])
+def record_outcomes(alias: str, outcomes: Sequence[Any]) -> set[int]:
+    """Run RECORD_OUTCOMES for ``execution.Outcome`` values; return the ids whose lease was still held."""
+    encoded = "[" + ",".join(_json_outcome(outcome) for outcome in outcomes) + "]"
+    return {row[0] for row in _execute(alias, RECORD_OUTCOMES, {"outcomes": encoded})}
+
+
+def _json_outcome(outcome: Any) -> str:
+    fields = {
+        "id": outcome.job.id,
+        "token": str(outcome.job.lease_token),
+        "status": outcome.status,
+        "error": outcome.error,
+        "run_at": outcome.run_at.isoformat() if outcome.run_at else None,
+        "events": [[kind, details] for kind, details in outcome.events],
+    }
+    text = json.dumps(fields, default=str)
+    # The result is canonical JSON already: splice it in rather than parse and re-encode it.
+    return text if outcome.result_json is None else text[:-1] + f',"result":{outcome.result_json}}}'
 
 
 def extend_leases(alias: str, held: Sequence[ClaimedJob], lease: timedelta) -> set[int]:

@@ -3,10 +3,11 @@
 Producer: ``enqueue("noop", payload)`` outside a transaction, so the one statement commits on its
 own, as the other peers' producers do; the ``workhorse_atomic`` variant wraps every call in
 ``transaction.atomic()`` as a Django view would (BEGIN and COMMIT are two more round trips).
-Batch: ``enqueue_many`` of 500 requests (one statement). Dedup:
+Batch: ``enqueue_many`` of 500 requests (one statement). Worker: ``manage.py workhorse_worker``
+via call_command, waking on LISTEN/NOTIFY; ``WORKHORSE_BATCH`` sets ``--batch`` (jobs claimed per
+round trip; every outcome is still written, fenced, one job per statement). Dedup:
 ``Idempotency(key)``; every repeat of a key sends the same payload, because this mode treats a
-changed payload under a live key as a conflict (an error), not as a duplicate. Worker: not in
-this release, so W3/W4 are not run for this peer.
+changed payload under a live key as a conflict (an error), not as a duplicate.
 """
 
 from __future__ import annotations
@@ -14,9 +15,16 @@ from __future__ import annotations
 import importlib.metadata as md
 import os
 
-from adapter_base import Adapter, make_payload
+from adapter_base import Adapter, make_payload, probe_hit
 
 SAME_REQUEST = make_payload(0)
+
+
+def register_handlers():
+    from django_workhorse import register
+
+    register("noop", lambda payload: None)
+    register("probe", lambda payload: probe_hit(payload["i"]))
 
 
 class Client:
@@ -58,14 +66,20 @@ class WorkhorseAdapter(Adapter):
     notes = (
         "django-workhorse: enqueue() in autocommit (binding + job + event + NOTIFY in one prepared "
         "statement); W2 enqueue_many(500), one statement; W5 Idempotency(key) with the same request "
-        "per key; CONN_MAX_AGE=None; no worker in this release (W3/W4 not run)"
+        "per key; CONN_MAX_AGE=None; worker = workhorse_worker (LISTEN/NOTIFY, threads, batch claims, "
+        "one fenced outcome statement per job)"
     )
+    w3_configs = {
+        "c1": {"procs": 1, "concurrency": 1, "desc": "1 proc, concurrency=1, batch=10"},
+        "cN": {"procs": 1, "concurrency": 8, "desc": "1 proc, concurrency=8 threads, batch=10"},
+        "cNx2": {"procs": 2, "concurrency": 8, "desc": "2 procs x concurrency=8, batch=10"},
+    }
     batch_mode = "bulk"
     dedup_mode = "Idempotency(key): unique (scope, key_hash) binding, INSERT .. ON CONFLICT DO NOTHING"
     unfinished_sql = "SELECT count(*) FROM workhorse_job WHERE status IN ('queued', 'running')"
     total_jobs_sql = "SELECT count(*) FROM workhorse_job"
     succeeded_sql = "SELECT count(*) FROM workhorse_job WHERE status = 'succeeded'"
-    job_tables = ("workhorse_job_event", "workhorse_binding", "workhorse_job")
+    job_tables = ("workhorse_job",)
 
     def __init__(self, dsn):
         super().__init__(dsn)
@@ -91,13 +105,20 @@ class WorkhorseAdapter(Adapter):
         import psycopg
 
         with psycopg.connect(self.dsn, autocommit=True) as conn:
-            conn.execute("TRUNCATE workhorse_job_event, workhorse_binding, workhorse_job")
+            conn.execute("TRUNCATE workhorse_job CASCADE")
 
     def open_client(self):
         return Client(self.atomic)
 
+    def prepare_worker(self, concurrency):
+        register_handlers()
+        from django_workhorse.management.commands import workhorse_worker  # noqa: F401 (import before GO)
+
     def run_worker(self, concurrency):
-        raise NotImplementedError("django-workhorse has no worker in this release")
+        from django.core.management import call_command
+
+        batch = int(os.environ.get("WORKHORSE_BATCH", "10"))
+        call_command("workhorse_worker", concurrency=concurrency, batch=batch, verbosity=0)
 
 
 ADAPTER = WorkhorseAdapter

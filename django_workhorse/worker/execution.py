@@ -5,8 +5,10 @@ from __future__ import annotations
 import logging
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timezone
+from typing import Any
 
 from django_workhorse import sql
 from django_workhorse.exceptions import LeaseLostError
@@ -19,45 +21,66 @@ logger = logging.getLogger(__name__)
 MAX_ERROR_CHARS = 4000
 
 
-def run_job(
-    job: sql.ClaimedJob, *, alias: str, context: HandlerContext, started: Callable[[], None] | None = None
-) -> str:
-    """Run ``job`` and record its outcome; return the status written ('lost' if the lease was gone)."""
-    now = _now()
-    if job.deadline is not None and job.deadline <= now:
-        return _fail(alias, job, "DeadlineExceeded: the job's deadline passed before it could start", final=True)
+@dataclass(frozen=True)
+class Outcome:
+    """How an attempt ended, ready to be written by ``sql.record_outcomes``."""
+
+    job: sql.ClaimedJob
+    status: str  # succeeded, queued (retry at run_at), dead, or lost (nothing to write)
+    result_json: str | None = None
+    error: str = ""
+    run_at: datetime | None = None
+    events: tuple[tuple[str, dict[str, Any]], ...] = ()
+
+
+def execute(job: sql.ClaimedJob, context: HandlerContext, started: Callable[[], None] | None = None) -> Outcome:
+    """Run ``job``'s handler and decide the outcome; write nothing."""
+    if job.deadline is not None and job.deadline <= _now():
+        return _failure(job, "DeadlineExceeded: the job's deadline passed before it could start", final=True)
     if started is not None:
         started()
     began = time.monotonic()
     try:
-        result = get_handler(job.job_type).call(job.payload, context)
-        result_json = canonical_json(result)
+        result_json = canonical_json(get_handler(job.job_type).call(job.payload, context))
     except LeaseLostError:
         logger.warning("Lease lost id=%s attempt=%s", job.id, job.attempt)
-        return "lost"
+        return Outcome(job, "lost")
     except Exception as exc:  # the handler's failure is the job's, not the worker's
-        return _fail(alias, job, _describe(exc))
+        return _failure(job, _describe(exc))
     if job.timeout is not None and time.monotonic() - began > job.timeout.total_seconds():
-        return _fail(alias, job, f"TimeoutError: the attempt ran longer than its timeout of {job.timeout}")
-    return _record(alias, job, "succeeded", result=result_json, events=[("succeeded", {})])
+        return _failure(job, f"TimeoutError: the attempt ran longer than its timeout of {job.timeout}")
+    return Outcome(job, "succeeded", result_json=result_json, events=(("succeeded", {}),))
 
 
-def _fail(alias: str, job: sql.ClaimedJob, error: str, *, final: bool = False) -> str:
+def record(alias: str, outcomes: Sequence[Outcome]) -> list[str]:
+    """Write ``outcomes`` in one statement, fenced by each lease; return each status ('lost' if not held)."""
+    writable = [outcome for outcome in outcomes if outcome.status != "lost"]
+    held = sql.record_outcomes(alias, writable) if writable else set()
+    statuses = []
+    for outcome in outcomes:
+        job = outcome.job
+        status = outcome.status if job.id in held else "lost"
+        if status == "lost" and outcome.status != "lost":
+            logger.warning("Lease lost before recording id=%s attempt=%s", job.id, job.attempt)
+        logger.info("Finished job id=%s type=%s attempt=%s status=%s", job.id, job.job_type, job.attempt, status)
+        statuses.append(status)
+    return statuses
+
+
+def run_job(
+    job: sql.ClaimedJob, *, alias: str, context: HandlerContext, started: Callable[[], None] | None = None
+) -> str:
+    """Run ``job`` and record its outcome at once; return the status written ('lost' if the lease was gone)."""
+    return record(alias, [execute(job, context, started)])[0]
+
+
+def _failure(job: sql.ClaimedJob, error: str, *, final: bool = False) -> Outcome:
     retry_at = None if final else _retry_at(job)
     failed = ("failed", {"error": error[:500]})
     if retry_at is None:
-        return _record(alias, job, "dead", error=error, events=[failed, ("dead", {})])
-    return _record(
-        alias, job, "queued", error=error, run_at=retry_at, events=[failed, ("retry_scheduled", {"run_at": retry_at})]
-    )
-
-
-def _record(alias: str, job: sql.ClaimedJob, status: str, **values: object) -> str:
-    if not sql.finish(alias, job, status=status, **values):  # type: ignore[arg-type]
-        logger.warning("Lease lost before recording id=%s attempt=%s status=%s", job.id, job.attempt, status)
-        return "lost"
-    logger.info("Finished job id=%s type=%s attempt=%s status=%s", job.id, job.job_type, job.attempt, status)
-    return status
+        return Outcome(job, "dead", error=error, events=(failed, ("dead", {})))
+    retry = ("retry_scheduled", {"run_at": retry_at.isoformat()})
+    return Outcome(job, "queued", error=error, run_at=retry_at, events=(failed, retry))
 
 
 def _retry_at(job: sql.ClaimedJob) -> datetime | None:

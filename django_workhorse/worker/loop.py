@@ -22,7 +22,7 @@ from django.db import DatabaseError, close_old_connections, connections
 from django_workhorse import sql
 from django_workhorse.conf import app_settings
 from django_workhorse.worker.context import HandlerContext
-from django_workhorse.worker.execution import run_job
+from django_workhorse.worker.execution import Outcome, execute, record
 
 logger = logging.getLogger(__name__)
 
@@ -75,6 +75,8 @@ class Worker:
         self.queues = list(queues)
         self.concurrency = concurrency
         self.batch = batch or concurrency
+        # At most one claimed batch waits while every executor is busy.
+        self.capacity = concurrency + self.batch
         self.lease = lease
         self.poll_interval = poll_interval
         self.burst = burst
@@ -91,6 +93,7 @@ class Worker:
         self._lock = threading.Lock()
         self._held: dict[int, _Held] = {}
         self._work: queue.Queue[_Held | None] = queue.Queue()
+        self._outcomes: queue.Queue[Outcome | None] = queue.Queue()
 
     # -- public --------------------------------------------------------------------------------
 
@@ -98,6 +101,7 @@ class Worker:
         """Work until stopped (SIGTERM/SIGINT or :meth:`stop`), or until idle in burst mode."""
         logger.info("Worker starting name=%s queues=%s concurrency=%s", self.name, self.queues, self.concurrency)
         executors = [self._thread(self._execute_forever, f"executor-{i}") for i in range(self.concurrency)]
+        recorder = self._thread(self._record_forever, "recorder")
         helpers = [self._thread(self._heartbeat_forever, "heartbeat")]
         if self.listen_using is not None:
             helpers.append(self._thread(self._listen_forever, "listener"))
@@ -105,7 +109,7 @@ class Worker:
             try:
                 self._claim_until_done()
             finally:
-                self._drain(executors, helpers)
+                self._drain(executors, recorder, helpers)
         logger.info("Worker stopped name=%s claimed=%s finished=%s", self.name, self.stats.claimed, self.stats.finished)
         return self.stats
 
@@ -133,12 +137,15 @@ class Worker:
                 claimed = 0
             if self._should_exit(claimed):
                 return
-            if claimed == 0 or self._free_slots() == 0:
+            if claimed == 0 or not self._wants_more():
                 self._wake.wait(self.poll_interval)
                 self._wake.clear()
 
     def _claim(self) -> int:
-        limit = min(self._free_slots(), self.batch, self._budget())
+        if not self._wants_more():
+            return 0
+        with self._lock:
+            limit = min(self.batch, self.capacity - len(self._held), self._budget())
         if limit <= 0:
             return 0
         jobs = sql.claim(self.using, queues=self.queues, limit=limit, lease=self.lease, worker=self.name)
@@ -150,12 +157,14 @@ class Worker:
         self.stats.claimed += len(jobs)
         return len(jobs)
 
-    def _free_slots(self) -> int:
+    def _wants_more(self) -> bool:
+        # Claim again once an executor could go idle; a batch larger than the concurrency is
+        # held (leased, heartbeated) until an executor takes it.
         with self._lock:
-            return self.concurrency - len(self._held)
+            return len(self._held) < self.concurrency
 
     def _budget(self) -> int:
-        return self.concurrency if self.max_jobs is None else self.max_jobs - self.stats.claimed
+        return self.capacity if self.max_jobs is None else self.max_jobs - self.stats.claimed
 
     def _should_exit(self, claimed: int) -> bool:
         with self._lock:
@@ -177,18 +186,40 @@ class Worker:
     def _execute_forever(self) -> None:
         while (held := self._work.get()) is not None:
             close_old_connections()
-            try:
-                status = run_job(held.job, alias=self.using, context=held.context, started=held.mark_started)
-            except DatabaseError:
-                # The outcome could not be written: the lease runs out and another worker retries.
-                logger.exception("Recording the outcome failed id=%s", held.job.id)
-                connections[self.using].close()
-                status = "unrecorded"
-            with self._lock:
-                self._held.pop(held.job.id, None)
-                self.stats.finished[status] = self.stats.finished.get(status, 0) + 1
-            self._wake.set()
+            self._outcomes.put(execute(held.job, held.context, started=held.mark_started))
         connections.close_all()
+
+    def _record_forever(self) -> None:
+        # One writer for every executor's outcomes: under load they accumulate while the previous
+        # write runs and go out together, one statement and one commit for many jobs.
+        done = False
+        while not done:
+            batch = [self._outcomes.get()]
+            while True:
+                try:
+                    batch.append(self._outcomes.get_nowait())
+                except queue.Empty:
+                    break
+            done = None in batch
+            outcomes = [outcome for outcome in batch if outcome is not None]
+            if outcomes:
+                self._record(outcomes)
+        connections.close_all()
+
+    def _record(self, outcomes: list[Outcome]) -> None:
+        close_old_connections()
+        try:
+            statuses = record(self.using, outcomes)
+        except DatabaseError:
+            # The outcomes could not be written: the leases run out and other workers retry.
+            logger.exception("Recording outcomes failed count=%s", len(outcomes))
+            connections[self.using].close()
+            statuses = ["unrecorded"] * len(outcomes)
+        with self._lock:
+            for outcome, status in zip(outcomes, statuses, strict=True):
+                self._held.pop(outcome.job.id, None)
+                self.stats.finished[status] = self.stats.finished.get(status, 0) + 1
+        self._wake.set()
 
     # -- heartbeats ----------------------------------------------------------------------------
 
@@ -231,7 +262,9 @@ class Worker:
 
     # -- shutdown ------------------------------------------------------------------------------
 
-    def _drain(self, executors: list[threading.Thread], helpers: list[threading.Thread]) -> None:
+    def _drain(
+        self, executors: list[threading.Thread], recorder: threading.Thread, helpers: list[threading.Thread]
+    ) -> None:
         self._stopping.set()
         self._release_unstarted()
         for _ in range(self.concurrency):
@@ -239,6 +272,8 @@ class Worker:
         deadline = time.monotonic() + self.drain_timeout.total_seconds()
         for thread in executors:
             thread.join(max(deadline - time.monotonic(), 0))
+        self._outcomes.put(None)
+        recorder.join(30)
         with self._lock:
             still = list(self._held.values())
         if still:
