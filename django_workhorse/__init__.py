@@ -8,7 +8,12 @@ from typing import TYPE_CHECKING, Any
 from django_workhorse.exceptions import (
     EnqueueIdempotencyConflictError,
     EnqueueValidationError,
+    HandlerNotRegisteredError,
+    JobCancelledError,
     JobDoesNotExist,
+    JobNotDeadError,
+    LeaseLostError,
+    RedriveConflictError,
     WorkhorseError,
 )
 from django_workhorse.retry import RetryPolicy
@@ -26,6 +31,8 @@ from django_workhorse.types import (
 )
 
 if TYPE_CHECKING:
+    from django_workhorse.cancellation import cancel
+    from django_workhorse.dead_letters import redrive
     from django_workhorse.enqueuing import enqueue, enqueue_many, enqueue_with_result
     from django_workhorse.maintenance import prune_expired_bindings, purge
     from django_workhorse.registry import register
@@ -46,6 +53,8 @@ _LAZY = {
     "purge": "django_workhorse.maintenance",
     "prune_expired_bindings": "django_workhorse.maintenance",
     "register": "django_workhorse.registry",
+    "cancel": "django_workhorse.cancellation",
+    "redrive": "django_workhorse.dead_letters",
     "task": "django_workhorse.tasks",
     "Task": "django_workhorse.tasks",
     "HandlerContext": "django_workhorse.worker",
@@ -69,21 +78,28 @@ __all__ = [
     "EnqueueResult",
     "EnqueueValidationError",
     "HandlerContext",
+    "HandlerNotRegisteredError",
+    "JobCancelledError",
     "Idempotency",
     "JobDoesNotExist",
     "JobId",
+    "JobNotDeadError",
+    "LeaseLostError",
     "NonReplaceableReason",
+    "RedriveConflictError",
     "RetryPolicy",
     "Task",
     "Throttle",
     "Unique",
     "WorkhorseError",
     "__version__",
+    "cancel",
     "enqueue",
     "enqueue_many",
     "enqueue_with_result",
     "prune_expired_bindings",
     "purge",
+    "redrive",
     "register",
     "task",
 ]

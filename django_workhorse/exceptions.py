@@ -84,3 +84,30 @@ class HandlerNotRegisteredError(WorkhorseError, LookupError):
 
 class LeaseLostError(WorkhorseError):
     """This worker's lease on the job expired and another worker may own it; stop working on it."""
+
+
+class JobCancelledError(WorkhorseError):
+    """Cancellation of this job was requested; a handler raises it to stop (``ctx.raise_if_cancelled``)."""
+
+
+class JobNotDeadError(WorkhorseError):
+    """Only a dead job (a dead letter) can be redriven."""
+
+    def __init__(self, job_id: int, status: str) -> None:
+        self.job_id = job_id
+        self.status = status
+        super().__init__(f"job {job_id} is {status}, not dead: only dead jobs can be redriven")
+
+
+class RedriveConflictError(WorkhorseError):
+    """A redrive request id was reused with a different requester or reason."""
+
+    def __init__(self, *, source_id: int, request_id: str, new_job_id: int, conflicting_fields: list[str]) -> None:
+        self.source_id = source_id
+        self.request_id = request_id
+        self.new_job_id = new_job_id
+        self.conflicting_fields = tuple(conflicting_fields)
+        super().__init__(
+            f"redrive {request_id!r} of job {source_id} already created job {new_job_id}; "
+            f"this request differs in {', '.join(self.conflicting_fields)}"
+        )

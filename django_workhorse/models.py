@@ -19,6 +19,7 @@ from django_workhorse.types import KeyMode
 JOB_READY_IDX = "workhorse_job_ready_idx"
 JOB_LEASE_IDX = "workhorse_job_lease_idx"
 CHECKPOINT_NAME_UNIQ = "workhorse_checkpoint_job_name_uniq"
+REDRIVE_REQUEST_UNIQ = "workhorse_redrive_source_request_uniq"
 JOB_PRIORITY_CHECK = "workhorse_job_priority_check"
 JOB_MAX_ATTEMPTS_CHECK = "workhorse_job_max_attempts_check"
 JOB_ATTEMPT_CHECK = "workhorse_job_attempt_check"
@@ -69,6 +70,7 @@ class EventKind(models.TextChoices):
     CHECKPOINT_SAVED = "checkpoint_saved"
     PURGED = "purged"
     RELEASED = "released"
+    CANCEL_REQUESTED = "cancel_requested"
 
 
 class Job(models.Model):
@@ -96,6 +98,7 @@ class Job(models.Model):
     result = models.JSONField(encoder=DjangoJSONEncoder, null=True, blank=True)
     last_error = models.TextField(blank=True, default="")
     claimed_by = models.CharField(max_length=255, blank=True, db_default="", help_text="The worker of the last claim.")
+    cancel_requested = models.BooleanField(db_default=False, help_text="Asks a running handler to stop.")
 
     class Meta:
         db_table = "workhorse_job"
@@ -230,3 +233,21 @@ class Checkpoint(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} (job {self.job_id})"
+
+
+class Redrive(models.Model):
+    """A request to run a dead job again as a new job; one per (source job, request id)."""
+
+    source = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="redrives")
+    request_id = models.CharField(max_length=200)
+    new_job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="redriven_from")
+    requested_by = models.CharField(max_length=200, blank=True)
+    reason = models.TextField(blank=True)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "workhorse_redrive"
+        constraints = [models.UniqueConstraint(fields=["source", "request_id"], name=REDRIVE_REQUEST_UNIQ)]
+
+    def __str__(self) -> str:
+        return f"redrive of job {self.source_id} as {self.new_job_id}"

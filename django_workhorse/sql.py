@@ -234,14 +234,14 @@ events AS (
 SELECT id FROM finished
 """
 
-# extend_leases: push the lease of jobs this worker still owns; returns the ids still owned
-# (a job missing from the answer was reclaimed: its handler must stop).
+# extend_leases: push the lease of jobs this worker still owns; returns the ids still owned and
+# whether cancellation was requested (a job missing from the answer was reclaimed: stop it).
 EXTEND_LEASES = """
 UPDATE workhorse_job AS job
 SET lease_expires_at = clock_timestamp() + %(lease)s
 FROM unnest(%(job_ids)s::bigint[], %(tokens)s::uuid[]) AS held(id, token)
 WHERE job.id = held.id AND job.lease_token = held.token AND job.status = 'running'
-RETURNING job.id
+RETURNING job.id, job.cancel_requested
 """
 
 # release: give held jobs back to the queue at once (a clean stop); an attempt that never started
@@ -308,6 +308,102 @@ events AS (
 SELECT (SELECT count(*) FROM owner), (SELECT count(*) FROM saved)
 """
 
+# redrive: copy a dead job into a new queued job (clearing its deadline, not copying checkpoints)
+# and record the lineage, once per (source job, request id): ON CONFLICT DO NOTHING on
+# workhorse_redrive_source_request_uniq. Returns the new job, or the redrive already recorded.
+REDRIVE = f"""
+WITH source AS (
+    SELECT * FROM workhorse_job WHERE id = %(source_id)s AND status = 'dead'
+),
+drawn AS (SELECT nextval('{JOB_ID_SEQUENCE}') AS job_id, statement_timestamp() AS now),
+lineage AS (
+    INSERT INTO workhorse_redrive (source_id, request_id, new_job_id, requested_by, reason, created_at)
+    SELECT source.id, %(request_id)s, drawn.job_id, %(requested_by)s, %(reason)s, drawn.now FROM source, drawn
+    ON CONFLICT (source_id, request_id) DO NOTHING
+    RETURNING new_job_id
+),
+jobs AS (
+    INSERT INTO workhorse_job (
+        id, job_type, queue, payload, status, priority, run_at, attempt, max_attempts,
+        retry_policy, deadline, timeout, concurrency_key, tags, created_at, last_error)
+    SELECT lineage.new_job_id, source.job_type, source.queue, source.payload, 'queued', source.priority,
+           drawn.now, 0, source.max_attempts, source.retry_policy, NULL, source.timeout,
+           source.concurrency_key, source.tags, drawn.now, ''
+    FROM lineage, source, drawn
+    RETURNING id, queue, created_at
+),
+events AS (
+    INSERT INTO workhorse_job_event (job_id, kind, attempt, at, details)
+    SELECT id, 'enqueued', 0, created_at, jsonb_build_object('redriven_from', %(source_id)s::bigint) FROM jobs
+    UNION ALL
+    SELECT source.id, 'redriven', source.attempt, jobs.created_at,
+           jsonb_build_object('new_job', jobs.id, 'requested_by', %(requested_by)s::text)
+    FROM jobs, source
+),
+notified AS (SELECT pg_notify(%(channel)s, queue) FROM jobs)
+SELECT true, jobs.id, NULL::text, NULL::text FROM jobs CROSS JOIN (SELECT count(*) FROM notified) AS n
+UNION ALL
+SELECT false, redrive.new_job_id, redrive.requested_by, redrive.reason
+FROM workhorse_redrive AS redrive
+WHERE redrive.source_id = %(source_id)s AND redrive.request_id = %(request_id)s
+  AND NOT EXISTS (SELECT 1 FROM lineage)
+"""
+
+# find_redrive: a recorded redrive by (source, request id), via workhorse_redrive_source_request_uniq.
+FIND_REDRIVE = """
+SELECT false, new_job_id, requested_by, reason FROM workhorse_redrive
+WHERE source_id = %(source_id)s AND request_id = %(request_id)s
+"""
+
+# cancel: stop a job. A queued job is cancelled at once; a running one is asked to stop (its
+# handler sees ctx.cancelled at the next heartbeat). Returns the job's status before, if it exists.
+CANCEL = """
+WITH target AS (
+    SELECT id, status FROM workhorse_job WHERE id = %(job_id)s FOR UPDATE
+),
+cancelled AS (
+    UPDATE workhorse_job AS job
+    SET status = CASE WHEN target.status = 'queued' THEN 'cancelled' ELSE job.status END,
+        finished_at = CASE WHEN target.status = 'queued' THEN clock_timestamp() ELSE job.finished_at END,
+        cancel_requested = target.status = 'running'
+    FROM target
+    WHERE job.id = target.id AND target.status IN ('queued', 'running')
+    RETURNING job.id, job.attempt, target.status AS was
+),
+events AS (
+    INSERT INTO workhorse_job_event (job_id, kind, attempt, at, details)
+    SELECT id, CASE WHEN was = 'queued' THEN 'cancelled' ELSE 'cancel_requested' END, attempt,
+           clock_timestamp(), jsonb_build_object('requested_by', %(requested_by)s::text)
+    FROM cancelled
+)
+SELECT status FROM target
+"""
+
+
+def redrive(
+    alias: str, *, source_id: int, request_id: str, requested_by: str, reason: str, channel: str
+) -> tuple[bool, int, str, str] | None:
+    """Run REDRIVE; return (created, new job id, stored requested_by, stored reason), or None."""
+    params = {
+        "source_id": source_id, "request_id": request_id, "requested_by": requested_by, "reason": reason,
+        "channel": channel,
+    }  # fmt: skip
+    rows = _execute(alias, REDRIVE, params)
+    return tuple(rows[0]) if rows else None
+
+
+def find_redrive(alias: str, *, source_id: int, request_id: str) -> tuple[bool, int, str, str] | None:
+    """Read a recorded redrive in a fresh snapshot (one committed after REDRIVE's snapshot)."""
+    rows = _execute(alias, FIND_REDRIVE, {"source_id": source_id, "request_id": request_id})
+    return tuple(rows[0]) if rows else None
+
+
+def cancel(alias: str, job_id: int, requested_by: str) -> str | None:
+    """Run CANCEL; return the job's status before it, or None if there is no such job."""
+    rows = _execute(alias, CANCEL, {"job_id": job_id, "requested_by": requested_by})
+    return rows[0][0] if rows else None
+
+
 # listen: subscribe a dedicated connection to the channel enqueue notifies on commit.
 LISTEN = "LISTEN {channel}"
 
@@ -372,10 +468,10 @@ def _json_outcome(outcome: Any) -> str:
     return text if outcome.result_json is None else text[:-1] + f',"result":{outcome.result_json}}}'
 
 
-def extend_leases(alias: str, held: Sequence[ClaimedJob], lease: timedelta) -> set[int]:
-    """Run EXTEND_LEASES; return the ids of the jobs still held."""
+def extend_leases(alias: str, held: Sequence[ClaimedJob], lease: timedelta) -> dict[int, bool]:
+    """Run EXTEND_LEASES; return {id: cancel requested} for the jobs still held."""
     params = {"job_ids": [j.id for j in held], "tokens": [j.lease_token for j in held], "lease": lease}
-    return {row[0] for row in _execute(alias, EXTEND_LEASES, params)}
+    return {row[0]: bool(row[1]) for row in _execute(alias, EXTEND_LEASES, params)}
 
 
 def release(alias: str, held: Sequence[tuple[ClaimedJob, bool]]) -> None:

@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import TypeVar
 
 from django_workhorse import sql
-from django_workhorse.exceptions import LeaseLostError
+from django_workhorse.exceptions import JobCancelledError, LeaseLostError
 from django_workhorse.fingerprint import canonical_json
 
 T = TypeVar("T")
@@ -30,6 +30,7 @@ class HandlerContext:
         self._alias = alias
         self._on_heartbeat = on_heartbeat
         self._cancel = threading.Event()
+        self._cancel_requested = False
         self.logger = logging.LoggerAdapter(logger, {"job_id": job.id, "attempt": job.attempt})
 
     @property
@@ -60,9 +61,12 @@ class HandlerContext:
         return self._cancel.is_set()
 
     def raise_if_cancelled(self) -> None:
-        """Raise ``LeaseLostError`` if the handler should stop now."""
-        if self._cancel.is_set():
-            raise LeaseLostError(f"job {self.job_id}: this worker no longer holds its lease")
+        """Raise ``JobCancelledError`` (cancel requested) or ``LeaseLostError`` if the handler should stop."""
+        if not self._cancel.is_set():
+            return
+        if self._cancel_requested:
+            raise JobCancelledError(f"job {self.job_id}: cancellation was requested")
+        raise LeaseLostError(f"job {self.job_id}: this worker no longer holds its lease")
 
     def heartbeat(self) -> None:
         """Tell the worker the handler is alive; it extends the lease (it also does so on its own)."""
@@ -85,8 +89,9 @@ class HandlerContext:
         # Every attempt gets the stored (JSON) form, not the first attempt's Python objects.
         return json.loads(text)  # type: ignore[no-any-return]
 
-    def cancel(self) -> None:
-        """Ask the handler to stop (used by the worker)."""
+    def cancel(self, *, requested: bool = False) -> None:
+        """Ask the handler to stop (used by the worker): ``requested`` by an operator, else the lease is lost."""
+        self._cancel_requested = self._cancel_requested or requested
         self._cancel.set()
 
     def __repr__(self) -> str:

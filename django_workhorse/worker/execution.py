@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from django_workhorse import sql
-from django_workhorse.exceptions import LeaseLostError
+from django_workhorse.exceptions import JobCancelledError, LeaseLostError
 from django_workhorse.fingerprint import canonical_json
 from django_workhorse.registry import get_handler
 from django_workhorse.retry import RetryPolicy
@@ -26,7 +26,7 @@ class Outcome:
     """How an attempt ended, ready to be written by ``sql.record_outcomes``."""
 
     job: sql.ClaimedJob
-    status: str  # succeeded, queued (retry at run_at), dead, or lost (nothing to write)
+    status: str  # succeeded, queued (retry at run_at), dead, cancelled, or lost (nothing to write)
     result_json: str | None = None
     error: str = ""
     run_at: datetime | None = None
@@ -45,6 +45,8 @@ def execute(job: sql.ClaimedJob, context: HandlerContext, started: Callable[[], 
     except LeaseLostError:
         logger.warning("Lease lost id=%s attempt=%s", job.id, job.attempt)
         return Outcome(job, "lost")
+    except JobCancelledError:
+        return Outcome(job, "cancelled", events=(("cancelled", {}),))
     except Exception as exc:  # the handler's failure is the job's, not the worker's
         return _failure(job, _describe(exc))
     if job.timeout is not None and time.monotonic() - began > job.timeout.total_seconds():

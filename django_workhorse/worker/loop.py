@@ -239,9 +239,12 @@ class Worker:
             logger.exception("Extending leases failed")
             connections[self.using].close()
             return
-        for lost in (h for h in held if h.job.id not in alive):
-            logger.warning("Lease lost id=%s; asking its handler to stop", lost.job.id)
-            lost.context.cancel()
+        for job in held:
+            if job.job.id not in alive:
+                logger.warning("Lease lost id=%s; asking its handler to stop", job.job.id)
+                job.context.cancel()
+            elif alive[job.job.id]:
+                job.context.cancel(requested=True)
 
     # -- LISTEN --------------------------------------------------------------------------------
 
