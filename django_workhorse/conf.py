@@ -31,6 +31,9 @@ MAX_BATCH_SIZE = 1000
 DEFAULT_MAX_PAYLOAD_BYTES = 1 * MiB
 MAX_PAYLOAD_BYTES_LIMIT = 16 * MiB
 DEFAULT_NOTIFY_CHANNEL = "workhorse"
+DEFAULT_JOB_RETENTION = timedelta(days=14)
+DEFAULT_MAINTENANCE_INTERVAL = timedelta(minutes=1)
+DEFAULT_WORKER_STALE_AFTER = timedelta(minutes=5)
 
 
 class WorkhorseSettings:
@@ -50,6 +53,21 @@ class WorkhorseSettings:
     def PREPARED_STATEMENTS(self) -> bool:  # noqa: N802
         """Run the enqueue statements as server-side prepared statements (turn off for PgBouncer < 1.21)."""
         return getattr(django_settings, "WORKHORSE_PREPARED_STATEMENTS", True)
+
+    @property
+    def JOB_RETENTION(self) -> timedelta:  # noqa: N802
+        """How long finished jobs (and their history) are kept before maintenance prunes them."""
+        return getattr(django_settings, "WORKHORSE_JOB_RETENTION", DEFAULT_JOB_RETENTION)
+
+    @property
+    def MAINTENANCE_INTERVAL(self) -> timedelta:  # noqa: N802
+        """How often a worker tries to run maintenance (one worker at a time runs it)."""
+        return getattr(django_settings, "WORKHORSE_MAINTENANCE_INTERVAL", DEFAULT_MAINTENANCE_INTERVAL)
+
+    @property
+    def WORKER_STALE_AFTER(self) -> timedelta:  # noqa: N802
+        """A worker whose heartbeat is older than this is gone; maintenance removes its record."""
+        return getattr(django_settings, "WORKHORSE_WORKER_STALE_AFTER", DEFAULT_WORKER_STALE_AFTER)
 
 
 app_settings = WorkhorseSettings()

@@ -1,18 +1,32 @@
-"""Housekeeping: purge queued jobs (releasing their keys) and prune expired bindings."""
+"""Housekeeping: purge queued jobs, prune expired bindings, finished jobs and stale workers."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
 
 from django.db import router
 
 from django_workhorse import sql
+from django_workhorse.conf import app_settings
 from django_workhorse.exceptions import WorkhorseError
 from django_workhorse.models import IdempotencyBinding, Job
 
 logger = logging.getLogger(__name__)
 PRUNE_CHUNK = 5000
+
+
+@dataclass(frozen=True)
+class MaintenanceReport:
+    """What one maintenance run did; ``ran`` is False when another run held the lock."""
+
+    ran: bool
+    expired_bindings: int = 0
+    reclaimed_jobs: int = 0
+    finished_jobs: int = 0
+    stale_workers: int = 0
 
 
 def purge(*, queue: str | None = None, job_ids: Sequence[int] | None = None, using: str | None = None) -> int:
@@ -31,10 +45,44 @@ def purge(*, queue: str | None = None, job_ids: Sequence[int] | None = None, usi
 def prune_expired_bindings(*, using: str | None = None, chunk: int = PRUNE_CHUNK) -> int:
     """Delete expired bindings in chunks (each its own statement); return how many were deleted."""
     alias = using or router.db_for_write(IdempotencyBinding)
+    return _in_chunks(lambda: sql.prune_expired_bindings(alias, limit=chunk), chunk, "expired bindings")
+
+
+def prune_finished_jobs(
+    *, older_than: timedelta | None = None, using: str | None = None, chunk: int = PRUNE_CHUNK
+) -> int:
+    """Delete jobs finished more than ``older_than`` ago (WORKHORSE_JOB_RETENTION, 14 days).
+
+    A job that still owns a binding is kept until the binding expires and is pruned.
+    """
+    alias = using or router.db_for_write(Job)
+    before = datetime.now(timezone.utc) - (older_than or app_settings.JOB_RETENTION)
+    return _in_chunks(lambda: sql.prune_finished_jobs(alias, before=before, limit=chunk), chunk, "finished jobs")
+
+
+def run_maintenance(*, using: str | None = None) -> MaintenanceReport:
+    """Run every housekeeping step once, unless another process is running them right now.
+
+    Order matters: expired bindings go before the finished jobs they point to.
+    """
+    alias = using or router.db_for_write(Job)
+    with sql.maintenance_lock(alias) as taken:
+        if not taken:
+            return MaintenanceReport(ran=False)
+        return MaintenanceReport(
+            ran=True,
+            expired_bindings=prune_expired_bindings(using=alias),
+            reclaimed_jobs=sql.reclaim_expired(alias),
+            finished_jobs=prune_finished_jobs(using=alias),
+            stale_workers=sql.prune_stale_workers(alias, app_settings.WORKER_STALE_AFTER),
+        )
+
+
+def _in_chunks(step: Callable[[], int], chunk: int, what: str) -> int:
     total = 0
-    while (deleted := sql.prune_expired_bindings(alias, limit=chunk)) > 0:
+    while (deleted := step()) > 0:
         total += deleted
         if deleted < chunk:
             break
-    logger.info("Pruned expired bindings count=%s", total)
+    logger.info("Pruned %s count=%s", what, total)
     return total

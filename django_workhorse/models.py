@@ -18,6 +18,8 @@ from django_workhorse.types import KeyMode
 
 JOB_READY_IDX = "workhorse_job_ready_idx"
 JOB_LEASE_IDX = "workhorse_job_lease_idx"
+JOB_FINISHED_IDX = "workhorse_job_finished_idx"
+WORKER_NAME_UNIQ = "workhorse_worker_name_uniq"
 CHECKPOINT_NAME_UNIQ = "workhorse_checkpoint_job_name_uniq"
 REDRIVE_REQUEST_UNIQ = "workhorse_redrive_source_request_uniq"
 JOB_PRIORITY_CHECK = "workhorse_job_priority_check"
@@ -114,6 +116,10 @@ class Job(models.Model):
             ),
             # Finds running jobs whose lease expired, for any worker to reclaim.
             models.Index(fields=["lease_expires_at"], name=JOB_LEASE_IDX, condition=models.Q(status=JobStatus.RUNNING)),
+            # Finds finished jobs past the retention window, for maintenance to prune.
+            models.Index(
+                fields=["finished_at"], name=JOB_FINISHED_IDX, condition=models.Q(status__in=TERMINAL_STATUSES)
+            ),
         ]
         constraints = [
             models.CheckConstraint(
@@ -251,3 +257,23 @@ class Redrive(models.Model):
 
     def __str__(self) -> str:
         return f"redrive of job {self.source_id} as {self.new_job_id}"
+
+
+class WorkerRecord(models.Model):
+    """A running worker process, registered at start and removed on a clean exit."""
+
+    name = models.CharField(max_length=255)
+    host = models.CharField(max_length=255)
+    pid = models.IntegerField()
+    queues = models.JSONField(default=list)
+    concurrency = models.IntegerField()
+    started_at = models.DateTimeField()
+    heartbeat_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "workhorse_worker"
+        verbose_name = "worker"
+        constraints = [models.UniqueConstraint(fields=["name"], name=WORKER_NAME_UNIQ)]
+
+    def __str__(self) -> str:
+        return self.name

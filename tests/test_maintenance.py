@@ -11,8 +11,9 @@ from django.core.management import call_command
 from django.db import connection
 
 from django_workhorse import EnqueueOutcome, Idempotency, WorkhorseError, enqueue, enqueue_with_result, purge
-from django_workhorse.maintenance import prune_expired_bindings
+from django_workhorse.maintenance import prune_expired_bindings, prune_finished_jobs, run_maintenance
 from django_workhorse.models import IdempotencyBinding, Job, JobEvent, JobStatus
+from django_workhorse.sql import MAINTENANCE_LOCK_KEY
 from tests.factories import JobFactory
 
 pytestmark = pytest.mark.django_db
@@ -75,8 +76,49 @@ def test_maintenance_command_prunes_expired_bindings():
     IdempotencyBinding.objects.update(expires_at=datetime(2000, 1, 1, tzinfo=timezone.utc))
     out = StringIO()
     call_command("workhorse_maintenance", stdout=out)
-    assert out.getvalue().strip() == "Pruned 1 expired binding(s)."
+    assert out.getvalue().splitlines() == [
+        "Pruned 1 expired binding(s).",
+        "Reclaimed 0 job(s) with expired leases.",
+        "Pruned 0 finished job(s).",
+        "Forgot 0 stale worker(s).",
+    ]
     assert not IdempotencyBinding.objects.exists()
+
+
+def test_prune_finished_jobs_keeps_recent_unfinished_and_key_owning_jobs():
+    long_ago = datetime(2000, 1, 1, tzinfo=timezone.utc)
+    old = JobFactory(status=JobStatus.SUCCEEDED, finished_at=long_ago)
+    JobEvent.objects.create(job=old, kind="succeeded", at=long_ago)
+    recent = JobFactory(status=JobStatus.DEAD, finished_at=datetime.now(timezone.utc))
+    queued = JobFactory(status=JobStatus.QUEUED)
+    owner = Job.objects.get(pk=enqueue("t", {"n": 1}, idempotency=KEY))
+    Job.objects.filter(pk=owner.pk).update(status=JobStatus.SUCCEEDED, finished_at=long_ago)
+
+    assert prune_finished_jobs(chunk=1) == 1
+
+    assert set(Job.objects.values_list("id", flat=True)) == {recent.pk, queued.pk, owner.pk}
+    assert not JobEvent.objects.filter(job_id=old.pk).exists()
+
+
+def test_run_maintenance_prunes_expired_bindings_before_the_jobs_they_point_to():
+    long_ago = datetime(2000, 1, 1, tzinfo=timezone.utc)
+    job_id = enqueue("t", {"n": 1}, idempotency=KEY)
+    Job.objects.filter(pk=job_id).update(status=JobStatus.SUCCEEDED, finished_at=long_ago)
+    IdempotencyBinding.objects.update(expires_at=long_ago)
+
+    report = run_maintenance()
+
+    assert (report.ran, report.expired_bindings, report.finished_jobs) == (True, 1, 1)
+    assert not Job.objects.exists()
+
+
+def test_run_maintenance_skips_while_another_session_holds_the_lock(other_connection):
+    other_connection.execute("SELECT pg_advisory_lock(%s)", [MAINTENANCE_LOCK_KEY])
+    enqueue("t", {"n": 1}, idempotency=KEY)
+    IdempotencyBinding.objects.update(expires_at=datetime(2000, 1, 1, tzinfo=timezone.utc))
+
+    assert run_maintenance().ran is False
+    assert IdempotencyBinding.objects.count() == 1
 
 
 def _wait_for_database_clock_past(moment: datetime, deadline: float = 10) -> None:

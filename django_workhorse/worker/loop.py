@@ -21,6 +21,7 @@ from django.db import DatabaseError, close_old_connections, connections
 
 from django_workhorse import sql
 from django_workhorse.conf import app_settings
+from django_workhorse.maintenance import run_maintenance
 from django_workhorse.worker.context import HandlerContext
 from django_workhorse.worker.execution import Outcome, execute, record
 
@@ -105,11 +106,20 @@ class Worker:
         helpers = [self._thread(self._heartbeat_forever, "heartbeat")]
         if self.listen_using is not None:
             helpers.append(self._thread(self._listen_forever, "listener"))
+        sql.register_worker(
+            self.using,
+            name=self.name,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            queues=self.queues,
+            concurrency=self.concurrency,
+        )
         with self._signals_stop_me():
             try:
                 self._claim_until_done()
             finally:
                 self._drain(executors, recorder, helpers)
+                self._deregister()
         logger.info("Worker stopped name=%s claimed=%s finished=%s", self.name, self.stats.claimed, self.stats.finished)
         return self.stats
 
@@ -126,10 +136,12 @@ class Worker:
 
     def _claim_until_done(self) -> None:
         next_reclaim = 0.0
+        next_maintenance = time.monotonic() + app_settings.MAINTENANCE_INTERVAL.total_seconds()
         while not self._stopping.is_set():
             close_old_connections()
             try:
                 next_reclaim = self._reclaim_if_due(next_reclaim)
+                next_maintenance = self._maintain_if_due(next_maintenance)
                 claimed = self._claim()
             except DatabaseError:
                 logger.exception("Claim failed; retrying after the poll interval")
@@ -172,6 +184,15 @@ class Worker:
         if self.max_jobs is not None and self.stats.claimed >= self.max_jobs:
             return idle
         return self.burst and claimed == 0 and idle
+
+    def _maintain_if_due(self, due: float) -> float:
+        now = time.monotonic()
+        if now < due:
+            return due
+        report = run_maintenance(using=self.using)
+        if report.ran:
+            logger.info("Maintenance ran %s", report)
+        return now + app_settings.MAINTENANCE_INTERVAL.total_seconds()
 
     def _reclaim_if_due(self, due: float) -> float:
         now = time.monotonic()
@@ -230,6 +251,11 @@ class Worker:
                 held = list(self._held.values())
             if held:
                 self._extend(held)
+            try:
+                sql.touch_worker(self.using, self.name)
+            except DatabaseError:
+                logger.exception("Worker heartbeat failed")
+                connections[self.using].close()
         connections.close_all()
 
     def _extend(self, held: list[_Held]) -> None:
@@ -287,6 +313,12 @@ class Worker:
         self._heartbeats_done.set()
         for thread in helpers:
             thread.join(5)
+
+    def _deregister(self) -> None:
+        try:
+            sql.deregister_worker(self.using, self.name)
+        except DatabaseError:
+            logger.exception("Deregistering the worker failed; maintenance will remove it")
         connections[self.using].close()
 
     def _release_unstarted(self) -> None:

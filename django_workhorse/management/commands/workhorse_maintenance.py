@@ -6,16 +6,26 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from django_workhorse.maintenance import prune_expired_bindings
+from django_workhorse.maintenance import run_maintenance
 
 
 class Command(BaseCommand):
-    help = "Delete expired idempotency bindings (and, later, other housekeeping)."
+    help = (
+        "Prune expired idempotency bindings, reclaim expired leases, prune finished jobs past "
+        "WORKHORSE_JOB_RETENTION and forget stale workers (workers run this on their own too)."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--database", default=None, help="Database alias (default: the router's choice).")
 
     def handle(self, *args: Any, database: str | None, verbosity: int, **options: Any) -> None:
-        pruned = prune_expired_bindings(using=database)
-        if verbosity:
-            self.stdout.write(f"Pruned {pruned} expired binding(s).")
+        report = run_maintenance(using=database)
+        if not verbosity:
+            return
+        if not report.ran:
+            self.stdout.write("Another maintenance run holds the lock; nothing done.")
+            return
+        self.stdout.write(f"Pruned {report.expired_bindings} expired binding(s).")
+        self.stdout.write(f"Reclaimed {report.reclaimed_jobs} job(s) with expired leases.")
+        self.stdout.write(f"Pruned {report.finished_jobs} finished job(s).")
+        self.stdout.write(f"Forgot {report.stale_workers} stale worker(s).")
