@@ -6,6 +6,7 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
 from django_workhorse.exceptions import (
+    AttemptTimeoutError,
     EnqueueIdempotencyConflictError,
     EnqueueValidationError,
     HandlerNotRegisteredError,
@@ -70,6 +71,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "AttemptTimeoutError",
     "Debounce",
     "EnqueueIdempotencyConflictError",
     "EnqueueOptions",

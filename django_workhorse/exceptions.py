@@ -111,3 +111,7 @@ class RedriveConflictError(WorkhorseError):
             f"redrive {request_id!r} of job {source_id} already created job {new_job_id}; "
             f"this request differs in {', '.join(self.conflicting_fields)}"
         )
+
+
+class AttemptTimeoutError(WorkhorseError, TimeoutError):
+    """The attempt ran past the job's ``timeout``; the handler was asked to stop."""

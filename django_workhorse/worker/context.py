@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import TypeVar
 
 from django_workhorse import sql
-from django_workhorse.exceptions import JobCancelledError, LeaseLostError
+from django_workhorse.exceptions import AttemptTimeoutError, JobCancelledError, LeaseLostError
 from django_workhorse.fingerprint import canonical_json
 
 T = TypeVar("T")
@@ -31,6 +31,7 @@ class HandlerContext:
         self._on_heartbeat = on_heartbeat
         self._cancel = threading.Event()
         self._cancel_requested = False
+        self._timed_out = False
         self.logger = logging.LoggerAdapter(logger, {"job_id": job.id, "attempt": job.attempt})
 
     @property
@@ -64,6 +65,8 @@ class HandlerContext:
         """Raise ``JobCancelledError`` (cancel requested) or ``LeaseLostError`` if the handler should stop."""
         if not self._cancel.is_set():
             return
+        if self._timed_out:
+            raise AttemptTimeoutError(f"job {self.job_id}: the attempt ran past its timeout of {self._job.timeout}")
         if self._cancel_requested:
             raise JobCancelledError(f"job {self.job_id}: cancellation was requested")
         raise LeaseLostError(f"job {self.job_id}: this worker no longer holds its lease")
@@ -89,9 +92,11 @@ class HandlerContext:
         # Every attempt gets the stored (JSON) form, not the first attempt's Python objects.
         return json.loads(text)  # type: ignore[no-any-return]
 
-    def cancel(self, *, requested: bool = False) -> None:
-        """Ask the handler to stop (used by the worker): ``requested`` by an operator, else the lease is lost."""
+    def cancel(self, *, requested: bool = False, timed_out: bool = False) -> None:
+        """Ask the handler to stop (used by the worker): ``requested`` by an operator, ``timed_out``,
+        or else because the lease is lost."""
         self._cancel_requested = self._cancel_requested or requested
+        self._timed_out = self._timed_out or timed_out
         self._cancel.set()
 
     def __repr__(self) -> str:

@@ -37,10 +37,20 @@ class _Held:
 
     job: sql.ClaimedJob
     context: HandlerContext
-    started: bool = False
+    started_at: float | None = None
+
+    @property
+    def started(self) -> bool:
+        return self.started_at is not None
 
     def mark_started(self) -> None:
-        self.started = True
+        self.started_at = time.monotonic()
+
+    def overtime(self, grace: float) -> float:
+        """Seconds past its timeout (plus ``grace``) this attempt has run; <= 0 while within it."""
+        if self.started_at is None or self.job.timeout is None:
+            return 0.0
+        return time.monotonic() - self.started_at - self.job.timeout.total_seconds() - grace
 
 
 @dataclass
@@ -249,6 +259,12 @@ class Worker:
         while not self._heartbeats_done.wait(self.lease.total_seconds() / 3):
             with self._lock:
                 held = list(self._held.values())
+            for running in held:
+                if running.overtime(0) > 0:
+                    running.context.cancel(timed_out=True)
+            # A handler that ignores its timeout keeps running on its thread, but after one more
+            # lease its job is no longer extended: it expires and another worker takes it.
+            held = [h for h in held if h.overtime(self.lease.total_seconds()) <= 0]
             if held:
                 self._extend(held)
             try:
@@ -352,7 +368,3 @@ class Worker:
         thread = threading.Thread(target=target, name=f"workhorse-{name}", daemon=True)
         thread.start()
         return thread
-
-
-def _mark(held: _Held) -> None:
-    held.started = True
