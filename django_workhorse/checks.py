@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import Any
 
 from django.apps import AppConfig
@@ -31,9 +32,25 @@ def check_database(
     return errors
 
 
+DURATION_SETTINGS = {
+    "WORKHORSE_JOB_RETENTION": ("JOB_RETENTION", "workhorse.E004"),
+    "WORKHORSE_MAINTENANCE_INTERVAL": ("MAINTENANCE_INTERVAL", "workhorse.E005"),
+    "WORKHORSE_WORKER_STALE_AFTER": ("WORKER_STALE_AFTER", "workhorse.E006"),
+}
+
+
+def _positive_durations() -> list[CheckMessage]:
+    errors: list[CheckMessage] = []
+    for setting, (default_name, check_id) in DURATION_SETTINGS.items():
+        value = getattr(settings, setting, getattr(conf, f"DEFAULT_{default_name}"))
+        if not isinstance(value, timedelta) or value <= timedelta(0):
+            errors.append(Error(f"{setting} must be a timedelta > 0, got {value!r}.", id=check_id))
+    return errors
+
+
 @register
 def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[CheckMessage]:
-    """WORKHORSE_* settings must have the right type and stay within bounds (workhorse.E002, E003)."""
+    """WORKHORSE_* settings must have the right type and stay within bounds (workhorse.E002-E006)."""
     errors: list[CheckMessage] = []
     size = getattr(settings, "WORKHORSE_MAX_PAYLOAD_BYTES", conf.DEFAULT_MAX_PAYLOAD_BYTES)
     if not isinstance(size, int) or isinstance(size, bool) or not 1 <= size <= conf.MAX_PAYLOAD_BYTES_LIMIT:
@@ -48,4 +65,5 @@ def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
         errors.append(
             Error(f"WORKHORSE_NOTIFY_CHANNEL must be a string of 1..63 bytes, got {channel!r}.", id="workhorse.E003")
         )
+    errors.extend(_positive_durations())
     return errors

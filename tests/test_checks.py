@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import timedelta
 from io import StringIO
 
 import pytest
@@ -117,3 +118,27 @@ def test_manage_py_check_passes_for_default_database():
     out = StringIO()
     call_command("check", databases=["default"], stdout=out)
     assert out.getvalue() == "System check identified no issues (0 silenced).\n"
+
+
+@pytest.mark.parametrize(
+    ("setting", "check_id"),
+    [
+        ("WORKHORSE_JOB_RETENTION", "workhorse.E004"),
+        ("WORKHORSE_MAINTENANCE_INTERVAL", "workhorse.E005"),
+        ("WORKHORSE_WORKER_STALE_AFTER", "workhorse.E006"),
+    ],
+)
+@pytest.mark.parametrize(
+    "value", [timedelta(0), timedelta(seconds=-1), 60, None], ids=["zero", "negative", "int", "none"]
+)
+def test_check_settings_rejects_non_positive_durations(setting, check_id, value):
+    with override_settings(**{setting: value}):
+        assert check_ids(check_settings()) == [check_id]
+
+
+@pytest.mark.parametrize(
+    "setting", ["WORKHORSE_JOB_RETENTION", "WORKHORSE_MAINTENANCE_INTERVAL", "WORKHORSE_WORKER_STALE_AFTER"]
+)
+def test_check_settings_accepts_the_smallest_positive_duration(setting):
+    with override_settings(**{setting: timedelta(microseconds=1)}):
+        assert check_settings() == []
