@@ -1,0 +1,111 @@
+"""Worker throughput and enqueue-to-start latency, in one run.
+
+    python benchmarks/worker.py [--n 10000] [--runs 3] [--samples 200] [--backlog 100000] [--json out.json]
+
+Throughput: N no-op jobs pre-enqueued, then one burst worker (threads, in this process) until
+none is left; jobs/s over the worker's run, median of --runs, for several concurrency/batch
+configurations, then again with --backlog finished jobs in the table (the claim must keep using
+its partial index). Latency: an idle worker woken by LISTEN/NOTIFY; one job at a time, from the
+enqueue's commit returning to the handler starting; p50/p95 over --samples.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import threading
+import time
+
+from common import PAYLOAD, dump, environment, median_of, print_table, reset_tables, setup_django
+
+CONFIGS = [(1, 1), (1, 10), (1, 50), (4, 50), (8, 50)]  # (concurrency, batch)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--n", type=int, default=10000)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--samples", type=int, default=200)
+    parser.add_argument("--backlog", type=int, default=100000)
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args()
+    setup_django()
+
+    from django.db import connection
+
+    from django_workhorse import EnqueueRequest, enqueue, enqueue_many, register
+    from django_workhorse.worker import Worker
+
+    register("bench.noop", lambda payload: None)
+    started: dict[int, float] = {}
+    register("bench.probe", lambda payload: started.setdefault(payload["i"], time.monotonic()))
+
+    def fill(n: int) -> None:
+        for start in range(0, n, 1000):
+            enqueue_many([EnqueueRequest("bench.noop", PAYLOAD) for _ in range(min(1000, n - start))])
+
+    def throughput(concurrency: int, batch: int, backlog: int) -> float:
+        reset_tables()
+        if backlog:
+            with connection.cursor() as cursor:
+                cursor.execute(BACKLOG, {"n": backlog})
+                cursor.execute("VACUUM ANALYZE workhorse_job")
+        fill(args.n)
+        worker = Worker(concurrency=concurrency, batch=batch, burst=True, listen_using=None, poll_interval=0.05)
+        began = time.perf_counter()
+        stats = worker.run()
+        elapsed = time.perf_counter() - began
+        assert stats.finished.get("succeeded") == args.n, stats
+        return args.n / elapsed
+
+    def latency() -> dict[str, float]:
+        reset_tables()
+        worker = Worker(concurrency=1, listen_using="default", poll_interval=30)
+        thread = threading.Thread(target=worker.run)
+        thread.start()
+        worker.wait_until_listening(10)
+        gaps = []
+        for i in range(args.samples + 5):
+            time.sleep(0.02 + (i % 7) * 0.01)  # an idle worker between probes, not a synchronisation
+            enqueue("bench.probe", {"i": i})
+            committed = time.monotonic()
+            deadline = committed + 5
+            while i not in started and time.monotonic() < deadline:
+                time.sleep(0.0002)
+            if i >= 5 and i in started:
+                gaps.append((started[i] - committed) * 1000)
+        worker.stop()
+        thread.join(30)
+        gaps.sort()
+        return {"p50_ms": statistics.median(gaps), "p95_ms": gaps[int(len(gaps) * 0.95) - 1], "samples": len(gaps)}
+
+    rows = []
+    figures = {}
+    for concurrency, batch in CONFIGS:
+        label = f"concurrency {concurrency}, batch {batch}"
+        figures[label] = median_of(args.runs, lambda c=concurrency, b=batch: throughput(c, b, 0))
+        rows.append((label, figures[label], "jobs/s"))
+    best = max(figures, key=lambda k: figures[k]["median"])
+    concurrency, batch = CONFIGS[list(figures).index(best)]
+    label = f"{best}, {args.backlog:,} finished jobs in the table"
+    figures[label] = median_of(args.runs, lambda: throughput(concurrency, batch, args.backlog))
+    rows.append((label, figures[label], "jobs/s"))
+    lat = latency()
+    print("\n" + str(environment()))
+    print_table(f"worker throughput ({args.n:,} no-op jobs)", rows)
+    print(
+        f"\nenqueue-to-start latency (idle worker, LISTEN/NOTIFY): p50 {lat['p50_ms']:.2f} ms, "
+        f"p95 {lat['p95_ms']:.2f} ms over {lat['samples']} samples"
+    )
+    dump(args.json, {"environment": environment(), "throughput": figures, "latency": lat})
+
+
+BACKLOG = """
+INSERT INTO workhorse_job (job_type, queue, payload, status, priority, run_at, attempt, max_attempts,
+                           retry_policy, tags, created_at, finished_at, last_error)
+SELECT 'bench.noop', 'default', '{}', 'succeeded', 0, now(), 1, 25, '{}', '[]', now(), now(), ''
+FROM generate_series(1, %(n)s)
+"""
+
+if __name__ == "__main__":
+    main()
