@@ -4,8 +4,9 @@ Producer: ``enqueue("noop", payload)`` outside a transaction, so the one stateme
 own, as the other peers' producers do; the ``workhorse_atomic`` variant wraps every call in
 ``transaction.atomic()`` as a Django view would (BEGIN and COMMIT are two more round trips).
 Batch: ``enqueue_many`` of 500 requests (one statement). Worker: ``manage.py workhorse_worker``
-via call_command, waking on LISTEN/NOTIFY; ``WORKHORSE_BATCH`` sets ``--batch`` (jobs claimed per
-round trip; every outcome is still written, fenced, one job per statement). Dedup:
+via call_command, waking on LISTEN/NOTIFY; ``WORKHORSE_BATCH`` (50) sets ``--batch``, the jobs
+claimed per round trip; outcomes are written fenced, whatever has accumulated in one statement.
+Dedup:
 ``Idempotency(key)``; every repeat of a key sends the same payload, because this mode treats a
 changed payload under a live key as a conflict (an error), not as a duplicate.
 """
@@ -18,6 +19,7 @@ import os
 from adapter_base import Adapter, make_payload, probe_hit
 
 SAME_REQUEST = make_payload(0)
+BATCH = int(os.environ.get("WORKHORSE_BATCH", "50"))
 
 
 def register_handlers():
@@ -70,9 +72,9 @@ class WorkhorseAdapter(Adapter):
         "one fenced outcome statement per job)"
     )
     w3_configs = {
-        "c1": {"procs": 1, "concurrency": 1, "desc": "1 proc, concurrency=1, batch=10"},
-        "cN": {"procs": 1, "concurrency": 8, "desc": "1 proc, concurrency=8 threads, batch=10"},
-        "cNx2": {"procs": 2, "concurrency": 8, "desc": "2 procs x concurrency=8, batch=10"},
+        "c1": {"procs": 1, "concurrency": 1, "desc": f"1 proc, concurrency=1, batch={BATCH}"},
+        "cN": {"procs": 1, "concurrency": 8, "desc": f"1 proc, concurrency=8 threads, batch={BATCH}"},
+        "cNx2": {"procs": 2, "concurrency": 8, "desc": f"2 procs x concurrency=8, batch={BATCH}"},
     }
     batch_mode = "bulk"
     dedup_mode = "Idempotency(key): unique (scope, key_hash) binding, INSERT .. ON CONFLICT DO NOTHING"
@@ -117,8 +119,7 @@ class WorkhorseAdapter(Adapter):
     def run_worker(self, concurrency):
         from django.core.management import call_command
 
-        batch = int(os.environ.get("WORKHORSE_BATCH", "10"))
-        call_command("workhorse_worker", concurrency=concurrency, batch=batch, verbosity=0)
+        call_command("workhorse_worker", concurrency=concurrency, batch=BATCH, verbosity=0)
 
 
 ADAPTER = WorkhorseAdapter
