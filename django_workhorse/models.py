@@ -101,6 +101,9 @@ class Job(models.Model):
     last_error = models.TextField(blank=True, default="")
     claimed_by = models.CharField(max_length=255, blank=True, db_default="", help_text="The worker of the last claim.")
     cancel_requested = models.BooleanField(db_default=False, help_text="Asks a running handler to stop.")
+    root_id = models.BigIntegerField(
+        null=True, blank=True, help_text="The first job of a redrive lineage; its id is the handlers' idempotency key."
+    )
 
     class Meta:
         db_table = "workhorse_job"

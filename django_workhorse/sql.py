@@ -197,7 +197,8 @@ claimed AS (
     FROM candidates
     WHERE job.id = candidates.id
     RETURNING job.id, job.job_type, job.queue, job.payload, job.attempt, job.max_attempts,
-              job.retry_policy, job.deadline, job.timeout, job.lease_token, job.priority, job.run_at
+              job.retry_policy, job.deadline, job.timeout, job.lease_token, coalesce(job.root_id, job.id),
+              job.priority, job.run_at
 ),
 events AS (
     INSERT INTO workhorse_job_event (job_id, kind, attempt, at, details)
@@ -209,7 +210,8 @@ SELECT * FROM claimed ORDER BY priority DESC, run_at, id
 
 # record_outcomes: write how attempts ended, many in one statement, each fenced by its lease
 # token: a worker whose lease expired (the job may be another worker's now) changes nothing.
-# status is 'succeeded', 'queued' (a retry at run_at) or 'dead'; each outcome brings its events.
+# status is 'succeeded', 'queued' (a retry at run_at; 'cancelled' instead when cancellation was
+# requested meanwhile) or 'dead'; each outcome brings its events.
 RECORD_OUTCOMES = """
 WITH outcome AS (
     SELECT (o->>'id')::bigint AS id, (o->>'token')::uuid AS token, o->>'status' AS status,
@@ -219,9 +221,12 @@ WITH outcome AS (
 ),
 finished AS (
     UPDATE workhorse_job AS job
-    SET status = outcome.status, result = outcome.result, last_error = outcome.error,
+    SET status = CASE WHEN job.cancel_requested AND outcome.status = 'queued' THEN 'cancelled'
+                      ELSE outcome.status END,
+        result = outcome.result, last_error = outcome.error,
         run_at = coalesce(outcome.run_at, job.run_at), lease_token = NULL, lease_expires_at = NULL,
-        finished_at = CASE WHEN outcome.status = 'queued' THEN NULL ELSE clock_timestamp() END
+        finished_at = CASE WHEN outcome.status = 'queued' AND NOT job.cancel_requested
+                           THEN NULL ELSE clock_timestamp() END
     FROM outcome
     WHERE job.id = outcome.id AND job.lease_token = outcome.token AND job.status = 'running'
     RETURNING job.id, job.attempt, outcome.events
@@ -245,18 +250,25 @@ RETURNING job.id, job.cancel_requested
 """
 
 # release: give held jobs back to the queue at once (a clean stop); an attempt that never started
-# its handler is not counted. Fenced by the lease token.
+# its handler is not counted, and one interrupted on its last attempt is dead, as a reclaimed one
+# would be. Fenced by the lease token.
 RELEASE = """
 WITH released AS (
     UPDATE workhorse_job AS job
-    SET status = 'queued', lease_token = NULL, lease_expires_at = NULL, run_at = clock_timestamp(),
+    SET status = CASE WHEN held.started AND job.attempt >= job.max_attempts THEN 'dead' ELSE 'queued' END,
+        last_error = CASE WHEN held.started AND job.attempt >= job.max_attempts
+                          THEN 'interrupted by a worker shutdown on the last attempt' ELSE job.last_error END,
+        finished_at = CASE WHEN held.started AND job.attempt >= job.max_attempts THEN clock_timestamp() END,
+        lease_token = NULL, lease_expires_at = NULL, run_at = clock_timestamp(),
         attempt = job.attempt - CASE WHEN held.started THEN 0 ELSE 1 END
     FROM unnest(%(job_ids)s::bigint[], %(tokens)s::uuid[], %(started)s::boolean[]) AS held(id, token, started)
     WHERE job.id = held.id AND job.lease_token = held.token AND job.status = 'running'
-    RETURNING job.id, job.attempt
+    RETURNING job.id, job.attempt, job.status
 )
 INSERT INTO workhorse_job_event (job_id, kind, attempt, at, details)
 SELECT id, 'released', attempt, clock_timestamp(), '{}'::jsonb FROM released
+UNION ALL
+SELECT id, 'dead', attempt, clock_timestamp(), '{}'::jsonb FROM released WHERE status = 'dead'
 """
 
 # reclaim_expired: requeue running jobs whose lease expired (their worker died or stalled), or
@@ -325,10 +337,10 @@ lineage AS (
 jobs AS (
     INSERT INTO workhorse_job (
         id, job_type, queue, payload, status, priority, run_at, attempt, max_attempts,
-        retry_policy, deadline, timeout, concurrency_key, tags, created_at, last_error)
+        retry_policy, deadline, timeout, concurrency_key, tags, created_at, last_error, root_id)
     SELECT lineage.new_job_id, source.job_type, source.queue, source.payload, 'queued', source.priority,
            drawn.now, 0, source.max_attempts, source.retry_policy, NULL, source.timeout,
-           source.concurrency_key, source.tags, drawn.now, ''
+           source.concurrency_key, source.tags, drawn.now, '', coalesce(source.root_id, source.id)
     FROM lineage, source, drawn
     RETURNING id, queue, created_at
 ),
@@ -523,13 +535,14 @@ class ClaimedJob:
     deadline: datetime | None
     timeout: timedelta | None
     lease_token: Any
+    root_id: int  # the first job of a redrive lineage (the job itself when never redriven)
 
 
 def claim(alias: str, *, queues: Sequence[str], limit: int, lease: timedelta, worker: str) -> list[ClaimedJob]:
     """Run CLAIM; return the leased jobs in priority order."""
     params = {"queues": list(queues), "limit": limit, "lease": lease, "worker": worker}
     return [
-        ClaimedJob(*(_json(value) if i in (3, 6) else value for i, value in enumerate(row[:10])))
+        ClaimedJob(*(_json(value) if i in (3, 6) else value for i, value in enumerate(row[:11])))
         for row in _execute(alias, CLAIM, params)
     ]
 

@@ -49,8 +49,12 @@ class HandlerContext:
 
     @property
     def idempotency_key(self) -> str:
-        """A key for this job that every attempt shares: ``workhorse-job-<id>``."""
-        return f"workhorse-job-{self._job.id}"
+        """A key every attempt of this job shares, and its redrives too: ``workhorse-job-<id>``.
+
+        A redriven job keeps the key of the job it was redriven from, since it recovers the
+        same effect.
+        """
+        return f"workhorse-job-{self._job.root_id}"
 
     @property
     def deadline(self) -> datetime | None:
@@ -72,7 +76,11 @@ class HandlerContext:
         raise LeaseLostError(f"job {self.job_id}: this worker no longer holds its lease")
 
     def heartbeat(self) -> None:
-        """Tell the worker the handler is alive; it extends the lease (it also does so on its own)."""
+        """Extend this job's lease now (the worker also does so every lease / 3 on its own).
+
+        Raise ``LeaseLostError``, ``JobCancelledError`` or ``AttemptTimeoutError`` if the handler
+        should stop.
+        """
         self._on_heartbeat()
         self.raise_if_cancelled()
 

@@ -47,7 +47,7 @@ def execute(job: sql.ClaimedJob, context: HandlerContext, started: Callable[[], 
         return Outcome(job, "lost")
     except JobCancelledError:
         return Outcome(job, "cancelled", events=(("cancelled", {}),))
-    except Exception as exc:  # the handler's failure is the job's, not the worker's
+    except BaseException as exc:  # the handler's failure (even sys.exit()) is the job's, not the worker's
         return _failure(job, _describe(exc))
     if job.timeout is not None and time.monotonic() - began > job.timeout.total_seconds():
         return _failure(job, f"TimeoutError: the attempt ran longer than its timeout of {job.timeout}")

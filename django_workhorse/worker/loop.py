@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import queue
@@ -172,7 +173,8 @@ class Worker:
             return 0
         jobs = sql.claim(self.using, queues=self.queues, limit=limit, lease=self.lease, worker=self.name)
         for job in jobs:
-            held = _Held(job, HandlerContext(job, alias=self.using, on_heartbeat=self._wake.set))
+            context = HandlerContext(job, alias=self.using, on_heartbeat=functools.partial(self._heartbeat_one, job.id))
+            held = _Held(job, context)
             with self._lock:
                 self._held[job.id] = held
             self._work.put(held)
@@ -273,6 +275,12 @@ class Worker:
                 logger.exception("Worker heartbeat failed")
                 connections[self.using].close()
         connections.close_all()
+
+    def _heartbeat_one(self, job_id: int) -> None:
+        with self._lock:
+            held = self._held.get(job_id)
+        if held is not None:
+            self._extend([held])
 
     def _extend(self, held: list[_Held]) -> None:
         try:
