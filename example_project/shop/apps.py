@@ -11,3 +11,6 @@ class ShopConfig(AppConfig):
     name = "example_project.shop"
     label = "shop"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from example_project.shop import tasks  # noqa: F401 (registers the job handlers)
