@@ -86,18 +86,23 @@ def bind_arguments(func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict
 
 
 def _unbind(func: Callable[..., Any], payload: dict[str, Any], *, skip: int) -> tuple[list[Any], dict[str, Any]]:
+    """Turn stored ``{parameter: value}`` back into a call: positionally up to the first missing
+    parameter (so ``def f(first, *rest)`` gets ``(1, 2, 3)``), by keyword after it (so a missing
+    parameter raises ``TypeError`` instead of shifting the others)."""
     args: list[Any] = []
     kwargs: dict[str, Any] = {}
+    positional = True
     for param in list(inspect.signature(func).parameters.values())[skip:]:
         if param.name not in payload:
+            positional = False
             continue
         value = payload[param.name]
-        if param.kind == param.POSITIONAL_ONLY:
-            args.append(value)
-        elif param.kind == param.VAR_POSITIONAL:
+        if param.kind == param.VAR_POSITIONAL:
             args.extend(value)
         elif param.kind == param.VAR_KEYWORD:
             kwargs.update(value)
-        else:
+        elif param.kind == param.KEYWORD_ONLY or not positional:
             kwargs[param.name] = value
+        else:
+            args.append(value)
     return args, kwargs

@@ -93,6 +93,7 @@ class HandlerContext:
         found, value = sql.load_checkpoint(self._alias, self.job_id, name)
         if found:
             return value  # type: ignore[no-any-return]
+        self.raise_if_cancelled()  # never start a stage's effect on a job this worker should drop
         text = canonical_json(fn())
         if not sql.save_checkpoint(self._alias, self._job, name, text):
             self.cancel()

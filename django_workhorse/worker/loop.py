@@ -241,13 +241,17 @@ class Worker:
 
     def _record(self, outcomes: list[Outcome]) -> None:
         close_old_connections()
-        try:
-            statuses = record(self.using, outcomes)
-        except DatabaseError:
-            # The outcomes could not be written: the leases run out and other workers retry.
-            logger.exception("Recording outcomes failed count=%s", len(outcomes))
-            connections[self.using].close()
-            statuses = ["unrecorded"] * len(outcomes)
+        statuses = ["unrecorded"] * len(outcomes)
+        for attempt in (1, 2):
+            try:
+                statuses = record(self.using, outcomes)
+                break
+            except DatabaseError:
+                # A persistent connection may have died while idle: retry once on a fresh one.
+                # (The write is fenced, so a retry of a write that did commit changes nothing.)
+                # If that fails too, the leases run out and other workers run the jobs again.
+                logger.exception("Recording outcomes failed count=%s try=%s", len(outcomes), attempt)
+                connections[self.using].close()
         with self._lock:
             for outcome, status in zip(outcomes, statuses, strict=True):
                 self._held.pop(outcome.job.id, None)

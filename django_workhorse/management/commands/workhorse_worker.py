@@ -27,13 +27,17 @@ def bounded_int(low: int, high: int) -> Any:
     return parse
 
 
+MAX_SECONDS = 365 * 24 * 3600
+
+
 def positive_seconds(text: str) -> float:
+    bound = f"must be a number of seconds in (0, {MAX_SECONDS}]"
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError("must be a number of seconds > 0") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError("must be a number of seconds > 0")
+        raise argparse.ArgumentTypeError(bound) from None
+    if not 0 < value <= MAX_SECONDS:  # also rejects nan and inf
+        raise argparse.ArgumentTypeError(bound)
     return value
 
 

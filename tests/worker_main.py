@@ -1,0 +1,43 @@
+"""Run ``manage.py workhorse_worker`` for the process tests, with the test handlers loaded.
+
+Usage: ``DATABASE_URL=... python tests/worker_main.py [workhorse_worker options]``. The settings are
+``tests.settings``; pass the test database through ``DATABASE_URL``. ``Worker.stop`` is wrapped to
+set ``tests.worker_tasks.STOP_REQUESTED`` as well, so a running handler can observe the stop.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def main(argv: list[str]) -> int:
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings")
+
+    import django
+
+    django.setup()
+
+    from django.core.management import call_command
+
+    from django_workhorse.worker import Worker
+    from tests import worker_tasks
+
+    stop = Worker.stop
+
+    def stop_and_tell_handlers(self: Worker) -> None:
+        stop(self)
+        worker_tasks.STOP_REQUESTED.set()
+
+    Worker.stop = stop_and_tell_handlers  # type: ignore[method-assign]
+    call_command("workhorse_worker", *argv)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

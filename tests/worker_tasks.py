@@ -1,0 +1,278 @@
+"""Handlers for the worker tests, and the helpers those tests share.
+
+Imported by the test modules and by worker subprocesses (``tests/worker_main.py``), so a job
+enqueued by a test finds its handler in whichever process claims it. Handlers that run in this
+process record their calls in ``CALLS``; handlers meant for subprocesses signal through the
+database (a checkpoint named ``started``), which the test process can see.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+from django.db import connection
+
+from django_workhorse.registry import register
+from django_workhorse.tasks import task
+from django_workhorse.worker import HandlerContext, Worker, WorkerStats
+
+T = TypeVar("T")
+
+# -- helpers shared by the worker tests ---------------------------------------------------------
+
+POLL_SECONDS = 0.015
+
+
+def wait_for(predicate: Callable[[], T], timeout: float = 10.0, *, what: str = "") -> T:
+    """Poll ``predicate`` every 15 ms until it returns something truthy; return that value.
+
+    Fail with a message naming ``what`` (or the predicate) if ``timeout`` seconds pass first.
+    """
+    deadline = time.monotonic() + timeout
+    tick = threading.Event()
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what or predicate!r}; last value {value!r}")
+        tick.wait(POLL_SECONDS)
+
+
+class WorkerThread:
+    """A :class:`Worker` running on its own thread; ``join`` fails the test if it does not end."""
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+        self.stats: WorkerStats | None = None
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="test-worker", daemon=True)
+
+    def _run(self) -> None:
+        try:
+            self.stats = self.worker.run()
+        except BaseException as exc:  # reported by join()
+            self.error = exc
+
+    def start(self) -> WorkerThread:
+        self._thread.start()
+        return self
+
+    def join(self, timeout: float = 60) -> WorkerStats:
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            self.worker.stop()
+            self._thread.join(30)
+            raise AssertionError(f"the worker did not end within {timeout} s")
+        if self.error is not None:
+            raise self.error
+        assert self.stats is not None
+        return self.stats
+
+    def stop(self, timeout: float = 60) -> WorkerStats:
+        self.worker.stop()
+        return self.join(timeout)
+
+
+def make_worker(**options: Any) -> Worker:
+    """A worker that polls fast and does not LISTEN unless asked to."""
+    return Worker(**{"listen_using": None, "poll_interval": 0.05, **options})
+
+
+def run_worker(timeout: float = 60, **options: Any) -> WorkerStats:
+    """Run a burst (or ``max_jobs``) worker to its end on a thread; return its stats."""
+    options.setdefault("burst", options.get("max_jobs") is None)
+    return WorkerThread(make_worker(**options)).start().join(timeout)
+
+
+@contextmanager
+def running(worker: Worker) -> Iterator[WorkerThread]:
+    """Run a non-burst worker on a thread for the duration of the block, then stop it."""
+    handle = WorkerThread(worker).start()
+    try:
+        yield handle
+    finally:
+        handle.stop()
+
+
+class Calls:
+    """A thread-safe record of handler calls."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._items: list[Any] = []
+
+    def add(self, item: Any) -> None:
+        with self._lock:
+            self._items.append(item)
+
+    def items(self) -> list[Any]:
+        with self._lock:
+            return list(self._items)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+
+
+CALLS = Calls()
+
+# Set in a worker subprocess when the worker is asked to stop (tests/worker_main.py wraps
+# Worker.stop), so a handler can observe that a SIGTERM arrived while it was running.
+STOP_REQUESTED = threading.Event()
+
+
+# -- handlers run in the test process ------------------------------------------------------------
+
+
+@register("tests.record")
+def record(payload: Any) -> Any:
+    """Record the payload; return it (stored as the job's result)."""
+    CALLS.add(payload)
+    return payload
+
+
+@register("tests.record_ctx")
+def record_ctx(ctx: HandlerContext, payload: Any) -> dict[str, Any]:
+    """Record what the context says; return the attempt."""
+    CALLS.add({"job_id": ctx.job_id, "attempt": ctx.attempt, "key": ctx.idempotency_key, "payload": payload})
+    return {"attempt": ctx.attempt}
+
+
+@register("tests.fail_until")
+def fail_until(ctx: HandlerContext, payload: dict[str, int]) -> dict[str, int]:
+    """Fail every attempt before ``payload["succeed_on"]``."""
+    CALLS.add((ctx.attempt, ctx.idempotency_key))
+    if ctx.attempt < payload["succeed_on"]:
+        raise RuntimeError(f"boom on attempt {ctx.attempt}")
+    return {"attempt": ctx.attempt}
+
+
+@register("tests.always_fail")
+def always_fail(payload: Any) -> None:
+    CALLS.add(payload)
+    raise ValueError("always broken")
+
+
+@register("tests.hold_db_clock")
+def hold_db_clock(payload: dict[str, int]) -> str:
+    """Return once the database clock moved ``payload["ms"]`` milliseconds past the handler's start."""
+    CALLS.add(payload)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT clock_timestamp()")
+        start = cursor.fetchone()[0]
+        tick = threading.Event()
+        while True:
+            cursor.execute("SELECT extract(epoch FROM clock_timestamp() - %s) * 1000", [start])
+            if cursor.fetchone()[0] >= payload["ms"]:
+                return "done"
+            tick.wait(0.001)
+
+
+@register("tests.checkpointed")
+def checkpointed(ctx: HandlerContext, payload: dict[str, Any]) -> Any:
+    """Run a stage once per job, crash after it on attempt 1, return its stored value on attempt 2."""
+
+    def charge() -> dict[str, Any]:
+        CALLS.add(("charge", ctx.attempt))
+        return {"charge_id": f"ch_{payload['order']}", "amount": payload["amount"]}
+
+    value = ctx.checkpoint("charge", charge)
+    CALLS.add(("after", ctx.attempt, value))
+    if ctx.attempt == 1:
+        raise RuntimeError("crashed after the charge")
+    return value
+
+
+@register("tests.wait_for_cancel")
+def wait_for_cancel(ctx: HandlerContext, payload: dict[str, float]) -> dict[str, bool]:
+    """Poll ``ctx.cancelled`` for up to ``payload["seconds"]``; report whether it was set."""
+    deadline = time.monotonic() + payload["seconds"]
+    tick = threading.Event()
+    while not ctx.cancelled and time.monotonic() < deadline:
+        tick.wait(0.01)
+    CALLS.add(ctx.cancelled)
+    return {"cancelled": ctx.cancelled}
+
+
+# -- handlers run by worker subprocesses ------------------------------------------------------------
+
+
+def _started(ctx: HandlerContext) -> Any:
+    """Signal "the handler runs" to the test process: a checkpoint it can see (once per job)."""
+    return ctx.checkpoint("started", lambda: {"pid": os.getpid(), "attempt": ctx.attempt})
+
+
+@register("tests.proc.block_on_first_attempt")
+def block_on_first_attempt(ctx: HandlerContext, payload: Any) -> dict[str, Any]:
+    """Attempt 1 blocks until its process is killed; later attempts return at once."""
+    started = _started(ctx)
+    if ctx.attempt == 1:
+        threading.Event().wait(600)
+        raise RuntimeError("attempt 1 was meant to be killed")
+    return {"attempt": ctx.attempt, "started": started}
+
+
+@register("tests.proc.finish_after_stop")
+def finish_after_stop(ctx: HandlerContext, payload: Any) -> dict[str, bool]:
+    """Keep running until the worker was asked to stop, then finish normally."""
+    _started(ctx)
+    return {"stop_seen": STOP_REQUESTED.wait(60)}
+
+
+@register("tests.proc.until_cancelled")
+def until_cancelled(ctx: HandlerContext, payload: Any) -> dict[str, int]:
+    """Attempt 1 runs until the worker cancels it (cooperatively); later attempts return at once."""
+    _started(ctx)
+    if ctx.attempt == 1:
+        deadline = time.monotonic() + 120
+        tick = threading.Event()
+        while time.monotonic() < deadline:
+            ctx.raise_if_cancelled()
+            tick.wait(0.01)
+        raise RuntimeError("attempt 1 was never cancelled")
+    return {"attempt": ctx.attempt}
+
+
+# -- @task functions ----------------------------------------------------------------------------------
+
+
+@task(name="tests.add", queue="math", priority=5, max_attempts=3)
+def add(x: int, y: int = 10, *, scale: int = 1) -> int:
+    CALLS.add(("add", x, y, scale))
+    return (x + y) * scale
+
+
+@task
+def greet(ctx: HandlerContext, name: str, punctuation: str = "!") -> dict[str, Any]:
+    CALLS.add(("greet", ctx.attempt, name))
+    return {"text": f"Hello {name}{punctuation}", "key": ctx.idempotency_key}
+
+
+@task(name="tests.annotated")
+def annotated(c: HandlerContext, n: int) -> dict[str, int]:
+    CALLS.add(("annotated", c.job_id, n))
+    return {"job_id": c.job_id, "n": n}
+
+
+@task(name="tests.spread")
+def spread(first: int, *rest: int, flag: bool = False, **extra: Any) -> dict[str, Any]:
+    CALLS.add(("spread", first, rest, flag, extra))
+    return {"first": first, "rest": list(rest), "flag": flag, "extra": extra}
+
+
+@task(name="tests.keywords_only")
+def keywords_only(*, a: int, b: int = 2, **extra: Any) -> dict[str, Any]:
+    CALLS.add(("keywords_only", a, b, extra))
+    return {"a": a, "b": b, "extra": extra}
+
+
+@register("tests.plain_with_context")
+def plain_with_context(c: HandlerContext, payload: Any) -> dict[str, Any]:
+    CALLS.add(("plain_with_context", c.attempt, payload))
+    return {"attempt": c.attempt, "payload": payload}
