@@ -17,10 +17,13 @@ R = TypeVar("R")
 class Task(Generic[P, R]):
     """A registered function and its default enqueue options."""
 
-    def __init__(self, func: Callable[..., R], *, name: str, defaults: EnqueueOptions) -> None:
+    def __init__(
+        self, func: Callable[..., R], *, name: str, defaults: EnqueueOptions, idempotent: bool = False
+    ) -> None:
         self.func = func
         self.name = name
         self.defaults = defaults
+        self.idempotent = idempotent
         add_handler(Handler(name, func, takes_context=declares_context(func), spreads_payload=True))
 
     def __repr__(self) -> str:
@@ -56,6 +59,8 @@ class Task(Generic[P, R]):
         from django_workhorse.enqueuing import enqueue_with_result
 
         payload = bind_arguments(self.func, tuple(args), dict(kwargs or {}))
+        if self.idempotent:
+            raise NotImplementedError("derived keys (idempotent=True) use the unique mode, which is not available yet")
         return enqueue_with_result(self.name, payload, self.defaults, using=using, **options)
 
 
@@ -68,17 +73,20 @@ def task(
     max_attempts: int = 25,
     retry_policy: RetryPolicy | None = None,
     timeout: timedelta | None = None,
+    idempotent: bool = False,
 ) -> Any:
     """Turn a function into a :class:`Task` (usable as ``@task`` or ``@task(queue=...)``).
 
     The job type is ``name`` or the function's dotted path. A first parameter named ``ctx`` or
-    annotated ``HandlerContext`` receives the handler context.
+    annotated ``HandlerContext`` receives the handler context. ``idempotent=True`` (derived
+    unique keys) is accepted but enqueueing such a task raises ``NotImplementedError`` until the
+    unique mode is available.
     """
     defaults = EnqueueOptions(
         queue=queue, priority=priority, max_attempts=max_attempts, retry_policy=retry_policy, timeout=timeout
     )
 
     def decorate(fn: Callable[..., Any]) -> Task[Any, Any]:
-        return Task(fn, name=name or f"{fn.__module__}.{fn.__qualname__}", defaults=defaults)
+        return Task(fn, name=name or f"{fn.__module__}.{fn.__qualname__}", defaults=defaults, idempotent=idempotent)
 
     return decorate(func) if func is not None else decorate

@@ -229,12 +229,11 @@ def test_the_task_module_registers_its_handlers_on_import():
     assert not get_handler("tests.add").takes_context
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="@task(idempotent=True) derives unique keys, a keyed mode of the next release (issue 4)",
-)
-def test_task_accepts_the_idempotent_flag_of_the_design():
+def test_task_accepts_the_idempotent_flag_but_refuses_to_enqueue_until_unique_mode_exists():
     @task(name="tests.idempotent_flag", idempotent=True)
     def charge(ctx: object, customer_id: int) -> None: ...
 
-    assert isinstance(charge, Task)
+    assert isinstance(charge, Task) and charge.idempotent
+    with pytest.raises(NotImplementedError):
+        charge.enqueue(42)
+    assert count_rows()["workhorse_job"] == 0
