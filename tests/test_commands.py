@@ -204,3 +204,10 @@ def test_maintenance_does_nothing_while_another_run_holds_the_lock():
         assert run_command("workhorse_maintenance") == "Another maintenance run holds the lock; nothing done.\n"
 
     assert Job.objects.count() == 1
+
+
+def test_worker_command_imports_every_installed_apps_tasks_module(monkeypatch):
+    imported = []
+    monkeypatch.setattr("django_workhorse.management.commands.workhorse_worker.autodiscover_modules", imported.append)
+    call_command("workhorse_worker", "--burst", "--queues", "nothing-here", verbosity=0)
+    assert imported == ["tasks"]

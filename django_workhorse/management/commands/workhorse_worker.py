@@ -8,6 +8,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
+from django.utils.module_loading import autodiscover_modules
 
 from django_workhorse.worker import Worker
 
@@ -86,6 +87,9 @@ class Command(BaseCommand):
         logging.getLogger("django_workhorse").setLevel(
             {0: logging.WARNING, 1: logging.INFO}.get(verbosity, logging.DEBUG)
         )
+        # Handlers register on import: load every installed app's tasks module, as the web
+        # process may import them only from views the worker never loads.
+        autodiscover_modules("tasks")
         listen = database if listen_database is None else (None if listen_database == "none" else listen_database)
         worker = Worker(
             queues=queues,
