@@ -69,13 +69,6 @@ def record(alias: str, outcomes: Sequence[Outcome]) -> list[str]:
     return statuses
 
 
-def run_job(
-    job: sql.ClaimedJob, *, alias: str, context: HandlerContext, started: Callable[[], None] | None = None
-) -> str:
-    """Run ``job`` and record its outcome at once; return the status written ('lost' if the lease was gone)."""
-    return record(alias, [execute(job, context, started)])[0]
-
-
 def _failure(job: sql.ClaimedJob, error: str, *, final: bool = False) -> Outcome:
     retry_at = None if final else _retry_at(job)
     failed = ("failed", {"error": error[:500]})
