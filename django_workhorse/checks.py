@@ -50,7 +50,7 @@ def _positive_durations() -> list[CheckMessage]:
 
 @register
 def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[CheckMessage]:
-    """WORKHORSE_* settings must have the right type and stay within bounds (workhorse.E002-E006)."""
+    """WORKHORSE_* settings must have the right type and stay within bounds (workhorse.E002-E008)."""
     errors: list[CheckMessage] = []
     size = getattr(settings, "WORKHORSE_MAX_PAYLOAD_BYTES", conf.DEFAULT_MAX_PAYLOAD_BYTES)
     if not isinstance(size, int) or isinstance(size, bool) or not 1 <= size <= conf.MAX_PAYLOAD_BYTES_LIMIT:
@@ -66,4 +66,31 @@ def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
             Error(f"WORKHORSE_NOTIFY_CHANNEL must be a string of 1..63 bytes, got {channel!r}.", id="workhorse.E003")
         )
     errors.extend(_positive_durations())
+    errors.extend(_concurrency_limits())
+    return errors
+
+
+def _is_limit(value: Any) -> bool:
+    return (
+        isinstance(value, int)
+        and not isinstance(value, bool)
+        and conf.MIN_CONCURRENCY_LIMIT <= value <= conf.MAX_CONCURRENCY_LIMIT
+    )
+
+
+def _concurrency_limits() -> list[CheckMessage]:
+    bounds = f"{conf.MIN_CONCURRENCY_LIMIT}..{conf.MAX_CONCURRENCY_LIMIT}"
+    errors: list[CheckMessage] = []
+    default = getattr(settings, "WORKHORSE_DEFAULT_CONCURRENCY_LIMIT", conf.DEFAULT_CONCURRENCY_LIMIT)
+    if not _is_limit(default):
+        errors.append(
+            Error(f"WORKHORSE_DEFAULT_CONCURRENCY_LIMIT must be an integer in {bounds}, got {default!r}.",
+                  id="workhorse.E007")
+        )
+    limits = getattr(settings, "WORKHORSE_CONCURRENCY_LIMITS", {})
+    if not isinstance(limits, dict) or not all(isinstance(k, str) and _is_limit(v) for k, v in limits.items()):
+        errors.append(
+            Error(f"WORKHORSE_CONCURRENCY_LIMITS must map concurrency keys to integers in {bounds}.",
+                  id="workhorse.E008")
+        )
     return errors

@@ -27,6 +27,8 @@ MAX_TAG_CHARS = 100
 MAX_QUEUE_CHARS = 100
 MAX_JOB_TYPE_CHARS = 255
 MAX_CONCURRENCY_KEY_BYTES = 256
+MIN_CONCURRENCY_LIMIT, MAX_CONCURRENCY_LIMIT = 1, 1000
+DEFAULT_CONCURRENCY_LIMIT = 1
 MAX_BATCH_SIZE = 1000
 DEFAULT_MAX_PAYLOAD_BYTES = 1 * MiB
 MAX_PAYLOAD_BYTES_LIMIT = 16 * MiB
@@ -68,6 +70,27 @@ class WorkhorseSettings:
     def WORKER_STALE_AFTER(self) -> timedelta:  # noqa: N802
         """A worker whose heartbeat is older than this is gone; maintenance removes its record."""
         return getattr(django_settings, "WORKHORSE_WORKER_STALE_AFTER", DEFAULT_WORKER_STALE_AFTER)
+
+    @property
+    def CONCURRENCY_LIMITS(self) -> dict[str, int]:  # noqa: N802
+        """Per concurrency key, how many of its jobs may run at once (exact key match)."""
+        limits: dict[str, int] = getattr(django_settings, "WORKHORSE_CONCURRENCY_LIMITS", {})
+        return limits
+
+    @property
+    def DEFAULT_CONCURRENCY_LIMIT(self) -> int:  # noqa: N802
+        """The limit of a concurrency key that neither the request nor CONCURRENCY_LIMITS names (1)."""
+        return getattr(django_settings, "WORKHORSE_DEFAULT_CONCURRENCY_LIMIT", DEFAULT_CONCURRENCY_LIMIT)
+
+    @property
+    def EAGER(self) -> bool:  # noqa: N802
+        """Run accepted, due jobs synchronously right after enqueue (for tests); dedup stays on."""
+        return bool(getattr(django_settings, "WORKHORSE_EAGER", False))
+
+    @property
+    def EAGER_PROPAGATES(self) -> bool:  # noqa: N802
+        """In eager mode, re-raise a handler's exception after recording it on the job."""
+        return bool(getattr(django_settings, "WORKHORSE_EAGER_PROPAGATES", True))
 
 
 app_settings = WorkhorseSettings()

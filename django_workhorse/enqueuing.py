@@ -17,7 +17,8 @@ from django_workhorse.conf import app_settings
 from django_workhorse.exceptions import EnqueueIdempotencyConflictError, EnqueueValidationError, WorkhorseError
 from django_workhorse.fingerprint import differing_fields
 from django_workhorse.models import Job
-from django_workhorse.types import EnqueueOptions, EnqueueOutcome, EnqueueRequest, EnqueueResult, JobId
+from django_workhorse.types import EnqueueOptions, EnqueueOutcome, EnqueueRequest, EnqueueResult, JobId, KeyMode
+from django_workhorse.types import NonReplaceableReason as Reason
 from django_workhorse.validation import CheckedOptions, PreparedJob, check_options, prepare, resolve_options
 
 # A key can change hands between our statements (expired and taken over, pruned, purged); each
@@ -62,8 +63,10 @@ def enqueue_with_result(
 def enqueue_many(requests: Sequence[EnqueueRequest], *, using: str | None = None) -> list[EnqueueResult]:
     """Enqueue up to 1,000 requests in one round trip where possible; results follow input order.
 
-    A key repeated inside the batch maps to one job. Any conflict rolls the whole batch back and
-    names the offending ordinal (its 0-based position in ``requests``).
+    Keyed rows are resolved one by one in every mode: a key repeated inside the batch, or one a
+    live job owns, maps to that job (replayed, coalesced, replaced). Only a material conflict
+    fails the batch: everything rolls back and the error names the offending ordinal (its 0-based
+    position in ``requests``).
     """
     if len(requests) > conf.MAX_BATCH_SIZE:
         raise EnqueueValidationError(
@@ -100,9 +103,30 @@ def _submit(requests: list[PreparedJob], alias: str, *, batch: bool) -> list[Enq
     results: dict[int, EnqueueResult] = {}
     with _undo_on_error(alias, needed=len(requests) > 1 and any(r.binding for r in requests)):
         _settle(alias, {ordinal: requests[ordinal] for ordinal in firsts}, results, batch=batch)
+        # A key repeated inside the batch: resolved against the row that first carried it, in input
+        # order; what only PostgreSQL can decide (a debounce replacement, a first row that was
+        # refused) goes back to it, one occurrence of each key per pass.
+        passes: list[dict[int, PreparedJob]] = []
+        seen: dict[tuple[str, bytes], int] = {}
         for ordinal, first in repeats.items():
-            results[ordinal] = _repeat_of(ordinal, requests[ordinal], requests[first], results[first])
+            request, first_result = requests[ordinal], results.get(first)
+            if first_result is not None and _decided_locally(request, first_result):
+                results[ordinal] = _repeat_of(ordinal, request, requests[first], first_result)
+                continue
+            slot = request.binding.slot  # type: ignore[union-attr]
+            seen[slot] = depth = seen.get(slot, -1) + 1
+            while len(passes) <= depth:
+                passes.append({})
+            passes[depth][ordinal] = request
+        for pending in passes:
+            _settle(alias, pending, results, batch=batch)
     return [results[ordinal] for ordinal in range(len(requests))]
+
+
+def _decided_locally(request: PreparedJob, first_result: EnqueueResult) -> bool:
+    # The first row now stands as the key's binding unless it was refused (non-replaceable).
+    assert request.binding is not None
+    return request.binding.mode is not KeyMode.DEBOUNCE and first_result.outcome is not EnqueueOutcome.NON_REPLACEABLE
 
 
 @contextlib.contextmanager
@@ -133,7 +157,7 @@ def _split_repeats(requests: list[PreparedJob]) -> tuple[list[int], dict[int, in
 
 
 def _settle(alias: str, pending: dict[int, PreparedJob], results: dict[int, EnqueueResult], *, batch: bool) -> None:
-    """Submit ``pending`` until every request is accepted, replayed or found in conflict."""
+    """Submit ``pending`` until every request has its outcome or a conflict is raised."""
     channel = app_settings.NOTIFY_CHANNEL
     for _ in range(MAX_ROUNDS):
         rows = sql.enqueue_rows(alias, list(pending.items()), channel)
@@ -144,14 +168,13 @@ def _settle(alias: str, pending: dict[int, PreparedJob], results: dict[int, Enqu
         if unseen:  # taken by a transaction that committed after our statement's snapshot
             existing = {**existing, **sql.find_bindings(alias, unseen)}
         retry: dict[int, PreparedJob] = {}
+        # Follow-up statements lock keys in (scope, key_hash) order too.
         for ordinal, binding in sorted(existing.items(), key=lambda item: pending[item[0]].binding.slot):  # type: ignore[union-attr]
-            request = pending[ordinal]
-            if not binding.expired:
-                results[ordinal] = _replay_or_conflict(request, binding, ordinal if batch else None)
-            elif (new_id := sql.take_over(alias, ordinal, request, channel)) is not None:
-                results[ordinal] = EnqueueResult(new_id, EnqueueOutcome.ACCEPTED)
+            result = _resolve(alias, ordinal, pending[ordinal], binding, channel, batch=batch)
+            if result is None:
+                retry[ordinal] = pending[ordinal]
             else:
-                retry[ordinal] = request
+                results[ordinal] = result
         retry.update((o, r) for o, r in unseen if o not in existing)  # the binding vanished meanwhile
         if not retry:
             return
@@ -159,11 +182,33 @@ def _settle(alias: str, pending: dict[int, PreparedJob], results: dict[int, Enqu
     raise WorkhorseError(f"enqueue did not settle after {MAX_ROUNDS} rounds; the keys keep changing hands")
 
 
+def _resolve(
+    alias: str, ordinal: int, request: PreparedJob, existing: sql.ExistingBinding, channel: str, *, batch: bool
+) -> EnqueueResult | None:
+    """Decide a request whose key is bound already; None when the key changed meanwhile (look again)."""
+    binding = request.binding
+    assert binding is not None
+    if existing.free:
+        new_id = sql.take_over(alias, ordinal, request, existing.job_id, channel)
+        return None if new_id is None else EnqueueResult(new_id, EnqueueOutcome.ACCEPTED)
+    if binding.mode is KeyMode.DEBOUNCE:
+        if existing.mode != KeyMode.DEBOUNCE:
+            return EnqueueResult(existing.job_id, EnqueueOutcome.NON_REPLACEABLE, Reason.INCOMPATIBLE_KEY_MODE)
+        if existing.job_state == "open":
+            replaced = sql.replace_debounced(alias, ordinal, request, existing.job_id)
+            return EnqueueResult(existing.job_id, EnqueueOutcome.REPLACED) if replaced else None
+        reason = Reason.WINDOW_ELAPSED_PENDING if existing.job_state == "due" else Reason.NOT_PENDING
+        return EnqueueResult(existing.job_id, EnqueueOutcome.NON_REPLACEABLE, reason)
+    return _replay_or_conflict(request, existing, ordinal if batch else None)
+
+
 def _replay_or_conflict(request: PreparedJob, existing: sql.ExistingBinding, ordinal: int | None) -> EnqueueResult:
+    """The same request again is a replay (idempotency) or coalesces (unique, throttle); else a conflict."""
     binding = request.binding
     assert binding is not None
     if existing.mode == binding.mode and existing.request_digest == binding.request_digest:
-        return EnqueueResult(existing.job_id, EnqueueOutcome.REPLAYED)
+        outcome = EnqueueOutcome.REPLAYED if binding.mode is KeyMode.IDEMPOTENCY else EnqueueOutcome.COALESCED
+        return EnqueueResult(existing.job_id, outcome)
     fields = (
         ["mode"] if existing.mode != binding.mode else differing_fields(existing.field_digests, binding.field_digests)
     )
@@ -189,6 +234,7 @@ def _repeat_of(ordinal: int, request: PreparedJob, first: PreparedJob, first_res
         mode=first.binding.mode,
         request_digest=first.binding.request_digest,
         field_digests=first.binding.field_digests,
-        expired=False,
+        free=False,
+        job_state="started",
     )
     return _replay_or_conflict(request, existing, ordinal)

@@ -19,6 +19,8 @@ DIGEST_HEX_CHARS = 12
 FIELD_DIGEST_HEX_CHARS = 16
 PREVIEW_MASK = "•"
 PREVIEW_ELLIPSIS = "…"
+DERIVED_KEY_PREFIX = "auto:"
+DERIVED_KEY_HEX_CHARS = 32
 
 
 def key_hash(scope: str, key: str) -> bytes:
@@ -66,3 +68,13 @@ def request_digest(field_digests: Mapping[str, str]) -> bytes:
 def differing_fields(stored: Mapping[str, str], requested: Mapping[str, str]) -> list[str]:
     """Return the names of fields present in only one request or digested differently."""
     return sorted(name for name in stored.keys() | requested.keys() if stored.get(name) != requested.get(name))
+
+
+def derived_key(task_name: str, arguments: Mapping[str, Any]) -> str:
+    """Return the key an ``idempotent=True`` task derives for a call.
+
+    ``"auto:" + sha256(utf8(task_name) + b"\\x00" + canonical JSON of {parameter: value})``, first
+    32 hex characters; the recipe is public (docs/derived-keys.md) so other producers can compute it.
+    """
+    digest = hashlib.sha256(task_name.encode() + b"\x00" + canonical_json(dict(arguments)).encode())
+    return DERIVED_KEY_PREFIX + digest.hexdigest()[:DERIVED_KEY_HEX_CHARS]

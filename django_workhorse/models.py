@@ -35,6 +35,8 @@ BINDING_EXPIRES_IDX = "workhorse_binding_expires_idx"
 BINDING_KEY_HASH_CHECK = "workhorse_binding_key_hash_check"
 BINDING_SCOPE_CHECK = "workhorse_binding_scope_check"
 BINDING_MODE_CHECK = "workhorse_binding_mode_check"
+JOB_CONCURRENCY_SLOT_UNIQ = "workhorse_job_concurrency_slot_uniq"
+JOB_CONCURRENCY_LIMIT_CHECK = "workhorse_job_concurrency_limit_check"
 # The identity sequence PostgreSQL creates for workhorse_job.id; enqueue draws ids from it
 # before inserting so that a binding and its job can be written in one statement.
 JOB_ID_SEQUENCE = "workhorse_job_id_seq"
@@ -73,6 +75,7 @@ class EventKind(models.TextChoices):
     PURGED = "purged"
     RELEASED = "released"
     CANCEL_REQUESTED = "cancel_requested"
+    REPLACED = "replaced"
 
 
 class Job(models.Model):
@@ -91,6 +94,12 @@ class Job(models.Model):
     timeout = models.DurationField(null=True, blank=True)
     # NULL, not "", means "no key": the claim query groups by it.
     concurrency_key = models.CharField(max_length=conf.MAX_CONCURRENCY_KEY_BYTES, null=True, blank=True)  # noqa: DJ001
+    concurrency_limit = models.SmallIntegerField(
+        null=True, blank=True, help_text="How many jobs of this concurrency key may run at once."
+    )
+    # Which of the key's concurrency_limit slots a running job holds; the partial unique index on
+    # (concurrency_key, concurrency_slot) over running jobs is what enforces the limit.
+    concurrency_slot = models.SmallIntegerField(null=True, blank=True, editable=False)
     tags = models.JSONField(default=list, blank=True, help_text="Sorted, distinct strings.")
     created_at = models.DateTimeField()
     started_at = models.DateTimeField(null=True, blank=True)
@@ -134,6 +143,22 @@ class Job(models.Model):
                 name=JOB_MAX_ATTEMPTS_CHECK,
             ),
             models.CheckConstraint(condition=models.Q(attempt__gte=0), name=JOB_ATTEMPT_CHECK),
+            # A limit exactly when there is a key, within bounds.
+            models.CheckConstraint(
+                condition=models.Q(concurrency_key__isnull=True, concurrency_limit__isnull=True)
+                | models.Q(
+                    concurrency_key__isnull=False,
+                    concurrency_limit__gte=conf.MIN_CONCURRENCY_LIMIT,
+                    concurrency_limit__lte=conf.MAX_CONCURRENCY_LIMIT,
+                ),
+                name=JOB_CONCURRENCY_LIMIT_CHECK,
+            ),
+            # At most concurrency_limit running jobs per key: each holds a distinct slot in 1..limit.
+            models.UniqueConstraint(
+                fields=["concurrency_key", "concurrency_slot"],
+                name=JOB_CONCURRENCY_SLOT_UNIQ,
+                condition=models.Q(status=JobStatus.RUNNING, concurrency_key__isnull=False),
+            ),
             models.CheckConstraint(condition=models.Q(status__in=JobStatus.values), name=JOB_STATUS_CHECK),
             models.CheckConstraint(
                 condition=models.lookups.LessThanOrEqual(
@@ -173,6 +198,9 @@ class IdempotencyBinding(models.Model):
     mode = models.CharField(max_length=16, choices=[(mode.value, mode.value) for mode in KeyMode])
     request_digest = models.BinaryField(max_length=32)
     field_digests = models.JSONField()
+    previous_request_digest = models.BinaryField(
+        max_length=32, null=True, blank=True, help_text="The request digest the last debounce replacement superseded."
+    )
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="bindings")
     created_at = models.DateTimeField()
     expires_at = models.DateTimeField(null=True, blank=True)

@@ -9,18 +9,18 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, cast
 
 import psycopg
-from django.db import connections
+from django.db import IntegrityError, connections, transaction
 from django.db.backends.utils import CursorWrapper
 from psycopg import sql as pgsql
 
 from django_workhorse.conf import app_settings
-from django_workhorse.models import JOB_ID_SEQUENCE
+from django_workhorse.models import JOB_CONCURRENCY_SLOT_UNIQ, JOB_ID_SEQUENCE
 from django_workhorse.validation import PreparedJob
 
 # The request columns and their types, in the order the statements unpack them.
@@ -28,7 +28,8 @@ _REQUEST_COLUMNS = (
     ("ordinal", "int"), ("job_type", "text"), ("queue", "text"), ("payload", "jsonb"),
     ("priority", "int"), ("run_at", "timestamptz"), ("delay", "interval"), ("tags", "jsonb"),
     ("max_attempts", "int"), ("retry_policy", "jsonb"), ("deadline", "timestamptz"),
-    ("timeout", "interval"), ("concurrency_key", "text"), ("scope", "text"), ("key_hash", "bytea"),
+    ("timeout", "interval"), ("concurrency_key", "text"), ("concurrency_limit", "int"), ("scope", "text"),
+    ("key_hash", "bytea"),
     ("key_preview", "text"), ("mode", "text"), ("request_digest", "bytea"),
     ("field_digests", "jsonb"), ("lifetime", "interval"),
 )  # fmt: skip
@@ -62,10 +63,10 @@ def _jobs_ctes(only: str = "") -> str:
 jobs AS (
     INSERT INTO workhorse_job (
         id, job_type, queue, payload, status, priority, run_at, attempt, max_attempts,
-        retry_policy, deadline, timeout, concurrency_key, tags, created_at, last_error)
+        retry_policy, deadline, timeout, concurrency_key, concurrency_limit, tags, created_at, last_error)
     SELECT job_id, job_type, queue, payload, 'queued', priority,
            coalesce(run_at, now + coalesce(delay, interval '0')), 0, max_attempts,
-           retry_policy, deadline, timeout, concurrency_key, tags, now, ''
+           retry_policy, deadline, timeout, concurrency_key, concurrency_limit, tags, now, ''
     FROM requests
     {only}
     RETURNING id, queue, run_at, created_at
@@ -82,9 +83,23 @@ notified AS (
 
 # The accepted requests; referencing `notified` makes PostgreSQL run it.
 _ACCEPTED = """
-SELECT requests.ordinal, requests.job_id, true, NULL::text, NULL::bytea, NULL::jsonb, NULL::boolean
+SELECT requests.ordinal, requests.job_id, true, NULL::text, NULL::bytea, NULL::jsonb, NULL::boolean, NULL::text
 FROM requests JOIN jobs ON jobs.id = requests.job_id
 CROSS JOIN (SELECT count(*) FROM notified) AS notifications"""
+
+# Whether a binding (joined with its job) owns nothing any more, so the next request may take the
+# key over: idempotency and throttle keys once their time is up, unique keys once their job is
+# terminal, debounce keys once both hold (debounce keeps its key one window past the scheduled run).
+_TERMINAL = "('succeeded', 'dead', 'cancelled')"
+_FREE = f"""CASE binding.mode
+    WHEN 'unique' THEN job.status IN {_TERMINAL}
+    WHEN 'debounce' THEN job.status IN {_TERMINAL} AND binding.expires_at <= {{now}}
+    ELSE binding.expires_at <= {{now}} END"""
+# Where the bound job is, for debounce: 'open' (queued, never started, window open: replaceable),
+# 'due' (queued, never started, window elapsed: a worker is about to take it) or 'started'.
+_JOB_STATE = """CASE WHEN job.status <> 'queued' OR job.attempt > 0 THEN 'started'
+    WHEN job.run_at > {now} THEN 'open' ELSE 'due' END"""
+_BINDING_COLUMNS = "binding.job_id, binding.mode, binding.request_digest, binding.field_digests, {free}, {state}"
 
 # enqueue_unkeyed: requests without a key only ever insert; skipping the binding CTEs makes the
 # statement noticeably cheaper to run.
@@ -109,40 +124,91 @@ bound AS (
 ),"""
 _EXISTING = """
 UNION ALL
-SELECT requests.ordinal, binding.job_id, false, binding.mode, binding.request_digest,
-       binding.field_digests, binding.expires_at <= requests.now
+SELECT requests.ordinal, {columns}
 FROM requests
 JOIN workhorse_binding AS binding USING (scope, key_hash)
+JOIN workhorse_job AS job ON job.id = binding.job_id
 WHERE requests.job_id NOT IN (SELECT job_id FROM bound)
-"""
+""".format(
+    columns=_BINDING_COLUMNS.replace("binding.job_id,", "binding.job_id, false,").format(
+        free=_FREE.format(now="requests.now"), state=_JOB_STATE.format(now="requests.now")
+    )
+)
 _ONLY_UNKEYED_OR_BOUND = "WHERE key_hash IS NULL OR job_id IN (SELECT job_id FROM bound)"
 ENQUEUE_ONE = f"WITH {_ONE_REQUEST_CTE},{_BIND}{_jobs_ctes(_ONLY_UNKEYED_OR_BOUND)}{_ACCEPTED}{_EXISTING}"
 ENQUEUE_MANY = f"WITH {_MANY_REQUESTS_CTE},{_BIND}{_jobs_ctes(_ONLY_UNKEYED_OR_BOUND)}{_ACCEPTED}{_EXISTING}"
 
-# take_over: rebind an expired key to a new job. The row lock of the UPDATE serializes racing
-# takers; one whose re-checked row is no longer expired gets no row back and starts over.
+# take_over: rebind a key that owns nothing any more (see _FREE) to a new job, compare-and-swap
+# on the job it was seen bound to. The row lock of the UPDATE serializes racing takers; PostgreSQL
+# re-checks the locked row, so a taker that lost the race (the key now names the winner's job,
+# which is live) gets no row back and starts over. A job never leaves a terminal status, so
+# "terminal when seen" stays true.
 TAKE_OVER = f"""
 WITH {_ONE_REQUEST_CTE},
 bound AS (
     UPDATE workhorse_binding AS binding
     SET key_preview = requests.key_preview, mode = requests.mode,
         request_digest = requests.request_digest, field_digests = requests.field_digests,
-        job_id = requests.job_id, created_at = requests.now, expires_at = requests.now + requests.lifetime
-    FROM requests
+        previous_request_digest = NULL, job_id = requests.job_id, created_at = requests.now,
+        expires_at = requests.now + requests.lifetime
+    FROM requests, workhorse_job AS job
     WHERE binding.scope = requests.scope AND binding.key_hash = requests.key_hash
-      AND binding.expires_at <= requests.now
+      AND binding.job_id = %(seen_job_id)s AND job.id = binding.job_id
+      AND {_FREE.format(now="requests.now")}
     RETURNING binding.job_id
 ),{_jobs_ctes(_ONLY_UNKEYED_OR_BOUND)}{_ACCEPTED}
+"""
+
+# replace_debounced: update a pending debounced job's definition in place (same id) and its
+# binding. The job's row lock comes first (as for purge, claims and outcomes) and serializes
+# racing replacers; PostgreSQL re-checks the locked row, so a job claimed meanwhile is left alone
+# and no row comes back. The binding's SET reads the row as the previous replacer left it, so the
+# event's prior digest is exact. Debounced jobs run in the future: no NOTIFY.
+REPLACE_DEBOUNCED = f"""
+WITH {_ONE_REQUEST_CTE},
+replaced AS (
+    UPDATE workhorse_job AS job
+    SET job_type = requests.job_type, queue = requests.queue, payload = requests.payload,
+        priority = requests.priority, tags = requests.tags, max_attempts = requests.max_attempts,
+        retry_policy = requests.retry_policy, deadline = requests.deadline, timeout = requests.timeout,
+        concurrency_key = requests.concurrency_key, concurrency_limit = requests.concurrency_limit,
+        run_at = CASE WHEN %(reset)s THEN requests.now + %(window)s ELSE job.run_at END
+    FROM requests
+    WHERE job.id = %(seen_job_id)s AND job.status = 'queued' AND job.attempt = 0 AND job.run_at > requests.now
+    RETURNING job.id, job.run_at
+),
+rebound AS (
+    UPDATE workhorse_binding AS binding
+    SET previous_request_digest = binding.request_digest, request_digest = requests.request_digest,
+        field_digests = requests.field_digests, key_preview = requests.key_preview,
+        expires_at = replaced.run_at + %(window)s
+    FROM requests, replaced
+    WHERE binding.scope = requests.scope AND binding.key_hash = requests.key_hash
+      AND binding.job_id = replaced.id AND binding.mode = 'debounce'
+    RETURNING binding.job_id, binding.previous_request_digest, binding.request_digest
+),
+events AS (
+    INSERT INTO workhorse_job_event (job_id, kind, attempt, at, details)
+    SELECT rebound.job_id, 'replaced', 0, requests.now, jsonb_build_object(
+        'prior_request_digest', encode(rebound.previous_request_digest, 'hex'),
+        'request_digest', encode(rebound.request_digest, 'hex'), 'run_at', replaced.run_at)
+    FROM rebound, replaced, requests
+)
+SELECT rebound.job_id FROM rebound
 """
 
 # find_bindings: read bindings by key in a fresh snapshot, for keys an ENQUEUE found taken by a
 # transaction that committed after its snapshot. Uses workhorse_binding_scope_key_hash_uniq.
 FIND_BINDINGS = """
-SELECT requests.ordinal, binding.job_id, binding.mode, binding.request_digest, binding.field_digests,
-       binding.expires_at <= statement_timestamp()
+SELECT requests.ordinal, {columns}
 FROM unnest(%(ordinal)s::int[], %(scope)s::text[], %(key_hash)s::bytea[]) AS requests(ordinal, scope, key_hash)
 JOIN workhorse_binding AS binding USING (scope, key_hash)
-"""
+JOIN workhorse_job AS job ON job.id = binding.job_id
+""".format(
+    columns=_BINDING_COLUMNS.format(
+        free=_FREE.format(now="statement_timestamp()"), state=_JOB_STATE.format(now="statement_timestamp()")
+    )
+)
 
 # purge_queued: delete queued jobs of a queue (or by id), their events, and release their
 # bindings at once, in one statement. Running and finished jobs are left alone.
@@ -159,14 +225,18 @@ history AS (DELETE FROM workhorse_job_event WHERE job_id IN (SELECT id FROM doom
 DELETE FROM workhorse_job WHERE id IN (SELECT id FROM doomed)
 """
 
-# prune_expired_bindings: delete up to %(limit)s expired bindings; uses workhorse_binding_expires_idx.
-PRUNE_EXPIRED_BINDINGS = """
+# prune_expired_bindings: delete up to %(limit)s bindings whose time is up and that own nothing
+# (a debounce key also waits for its job to finish); uses workhorse_binding_expires_idx. Unique
+# keys have no time: they go with their finished job (prune_finished_jobs).
+PRUNE_EXPIRED_BINDINGS = f"""
 DELETE FROM workhorse_binding
 WHERE id IN (
-    SELECT id FROM workhorse_binding
-    WHERE expires_at <= statement_timestamp()
+    SELECT binding.id FROM workhorse_binding AS binding
+    JOIN workhorse_job AS job ON job.id = binding.job_id
+    WHERE binding.expires_at <= statement_timestamp()
+      AND {_FREE.format(now="statement_timestamp()")}
     LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
+    FOR UPDATE OF binding SKIP LOCKED
 )
 """
 
@@ -175,13 +245,23 @@ WHERE id IN (
 # skipping rows other workers hold. Each queue is read through workhorse_job_ready_idx (queue,
 # priority DESC, run_at, id) in exactly its order; the best %(limit)s of those candidates win, so
 # the order holds across queues too. Each claim gets a fresh lease token.
+#
+# Concurrency keys: a job with a concurrency key runs in one of its key's slots 1..limit, and the
+# partial unique index workhorse_job_concurrency_slot_uniq over running jobs is what holds the
+# line: two workers that pick the same free slot at once cannot both commit (the second gets a
+# unique violation and claims again). A key whose slots are all taken is skipped in the scan, so
+# its queued jobs never block the jobs behind them. Jobs leave the index by leaving 'running'.
 CLAIM = """
 WITH candidates AS (
-    SELECT ready.id, ready.priority, ready.run_at
+    SELECT ready.id, ready.priority, ready.run_at, ready.concurrency_key, ready.concurrency_limit
     FROM unnest(%(queues)s::text[]) AS wanted(queue),
     LATERAL (
-        SELECT id, priority, run_at FROM workhorse_job
+        SELECT id, priority, run_at, concurrency_key, concurrency_limit FROM workhorse_job AS job
         WHERE status = 'queued' AND queue = wanted.queue AND run_at <= clock_timestamp()
+          AND CASE WHEN concurrency_key IS NULL THEN true
+                   ELSE (SELECT count(*) FROM workhorse_job AS running
+                         WHERE running.status = 'running' AND running.concurrency_key = job.concurrency_key)
+                        < job.concurrency_limit END
         ORDER BY priority DESC, run_at, id
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED
@@ -189,13 +269,34 @@ WITH candidates AS (
     ORDER BY ready.priority DESC, ready.run_at, ready.id
     LIMIT %(limit)s
 ),
+keyed AS (
+    SELECT id, concurrency_key,
+           row_number() OVER (PARTITION BY concurrency_key ORDER BY priority DESC, run_at, id) AS nth
+    FROM candidates WHERE concurrency_key IS NOT NULL
+),
+free_slots AS (
+    SELECT keys.concurrency_key, slot, row_number() OVER (PARTITION BY keys.concurrency_key ORDER BY slot) AS nth
+    FROM (SELECT concurrency_key, min(concurrency_limit) AS slots FROM candidates
+          WHERE concurrency_key IS NOT NULL GROUP BY concurrency_key) AS keys,
+    generate_series(1, keys.slots) AS slot
+    WHERE NOT EXISTS (
+        SELECT 1 FROM workhorse_job AS running
+        WHERE running.status = 'running' AND running.concurrency_key = keys.concurrency_key
+          AND running.concurrency_slot = slot
+    )
+),
+chosen AS (
+    SELECT id, NULL::smallint AS slot FROM candidates WHERE concurrency_key IS NULL
+    UNION ALL
+    SELECT keyed.id, free_slots.slot::smallint FROM keyed JOIN free_slots USING (concurrency_key, nth)
+),
 claimed AS (
     UPDATE workhorse_job AS job
     SET status = 'running', attempt = job.attempt + 1, lease_token = gen_random_uuid(),
         lease_expires_at = clock_timestamp() + %(lease)s, started_at = clock_timestamp(),
-        claimed_by = %(worker)s
-    FROM candidates
-    WHERE job.id = candidates.id
+        claimed_by = %(worker)s, concurrency_slot = chosen.slot
+    FROM chosen
+    WHERE job.id = chosen.id
     RETURNING job.id, job.job_type, job.queue, job.payload, job.attempt, job.max_attempts,
               job.retry_policy, job.deadline, job.timeout, job.lease_token, coalesce(job.root_id, job.id),
               job.priority, job.run_at
@@ -207,6 +308,14 @@ events AS (
 )
 SELECT * FROM claimed ORDER BY priority DESC, run_at, id
 """
+
+# claim_job: lease one queued job by id (eager mode runs it in the caller's transaction).
+CLAIM_JOB = CLAIM.replace(
+    "FROM unnest(%(queues)s::text[]) AS wanted(queue),",
+    "FROM (SELECT queue FROM workhorse_job WHERE id = %(job_id)s) AS wanted(queue),",
+).replace("WHERE status = 'queued' AND queue = wanted.queue AND run_at <= clock_timestamp()",
+          "WHERE status = 'queued' AND id = %(job_id)s")
+
 
 # record_outcomes: write how attempts ended, many in one statement, each fenced by its lease
 # token: a worker whose lease expired (the job may be another worker's now) changes nothing.
@@ -432,17 +541,21 @@ DEREGISTER_WORKER = "DELETE FROM workhorse_worker WHERE name = %(name)s"
 # prune_stale_workers: forget workers that stopped heartbeating (killed, host lost).
 PRUNE_STALE_WORKERS = "DELETE FROM workhorse_worker WHERE heartbeat_at < clock_timestamp() - %(stale_after)s"
 
-# prune_finished_jobs: delete up to %(limit)s jobs that finished before %(before)s and own no
-# binding (expired bindings go first, so a live key always finds its job), with their events,
+# prune_finished_jobs: delete up to %(limit)s jobs that finished before %(before)s and whose
+# bindings own nothing any more (a live key always finds its job), with those bindings, events,
 # checkpoints and redrive records; uses workhorse_job_finished_idx.
-PRUNE_FINISHED_JOBS = """
+PRUNE_FINISHED_JOBS = f"""
 WITH doomed AS (
     SELECT id FROM workhorse_job AS job
-    WHERE status IN ('succeeded', 'dead', 'cancelled') AND finished_at < %(before)s
-      AND NOT EXISTS (SELECT 1 FROM workhorse_binding AS binding WHERE binding.job_id = job.id)
+    WHERE status IN {_TERMINAL} AND finished_at < %(before)s
+      AND NOT EXISTS (
+          SELECT 1 FROM workhorse_binding AS binding
+          WHERE binding.job_id = job.id AND NOT ({_FREE.format(now="statement_timestamp()")})
+      )
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ),
+released AS (DELETE FROM workhorse_binding WHERE job_id IN (SELECT id FROM doomed)),
 events AS (DELETE FROM workhorse_job_event WHERE job_id IN (SELECT id FROM doomed)),
 checkpoints AS (DELETE FROM workhorse_checkpoint WHERE job_id IN (SELECT id FROM doomed)),
 redrives AS (
@@ -538,13 +651,40 @@ class ClaimedJob:
     root_id: int  # the first job of a redrive lineage (the job itself when never redriven)
 
 
+# Two workers that pick the same free concurrency slot at once: the second claims again.
+CLAIM_ATTEMPTS = 5
+
+
 def claim(alias: str, *, queues: Sequence[str], limit: int, lease: timedelta, worker: str) -> list[ClaimedJob]:
     """Run CLAIM; return the leased jobs in priority order."""
     params = {"queues": list(queues), "limit": limit, "lease": lease, "worker": worker}
-    return [
-        ClaimedJob(*(_json(value) if i in (3, 6) else value for i, value in enumerate(row[:11])))
-        for row in _execute(alias, CLAIM, params)
-    ]
+    return _claim(alias, CLAIM, params)
+
+
+def claim_job(alias: str, *, job_id: int, lease: timedelta, worker: str) -> ClaimedJob | None:
+    """Run CLAIM_JOB inside a savepoint; return the leased job, or None if it is not claimable now."""
+    params = {"job_id": job_id, "limit": 1, "lease": lease, "worker": worker}
+    jobs = _claim(alias, CLAIM_JOB, params, savepoint=True)
+    return jobs[0] if jobs else None
+
+
+def _claim(alias: str, statement: str, params: dict[str, Any], *, savepoint: bool = False) -> list[ClaimedJob]:
+    for _ in range(CLAIM_ATTEMPTS):
+        try:
+            with transaction.atomic(using=alias) if savepoint else nullcontext():
+                rows = _execute(alias, statement, params)
+        except IntegrityError as exc:
+            if constraint_name(exc) != JOB_CONCURRENCY_SLOT_UNIQ:
+                raise
+            continue
+        return [ClaimedJob(*(_json(value) if i in (3, 6) else value for i, value in enumerate(row[:11]))) for row in rows]
+    return []
+
+
+def constraint_name(exc: BaseException) -> str | None:
+    """Return the name of the constraint a database error violated, if PostgreSQL named one."""
+    diag = getattr(exc.__cause__, "diag", None)
+    return getattr(diag, "constraint_name", None)
 
 
 def record_outcomes(alias: str, outcomes: Sequence[Any]) -> set[int]:
@@ -614,7 +754,8 @@ class ExistingBinding:
     mode: str
     request_digest: bytes
     field_digests: dict[str, str]
-    expired: bool
+    free: bool  # it owns nothing any more: the next request takes the key over
+    job_state: str  # 'open', 'due' or 'started' (see _JOB_STATE)
 
 
 @dataclass
@@ -642,10 +783,25 @@ def enqueue_rows(alias: str, rows: Sequence[tuple[int, PreparedJob]], channel: s
     return result
 
 
-def take_over(alias: str, ordinal: int, request: PreparedJob, channel: str) -> int | None:
-    """Run TAKE_OVER for one request; return the new job id, or None if the key was not expired."""
-    rows = _execute(alias, TAKE_OVER, _one_request_params((ordinal, request), channel))
+def take_over(alias: str, ordinal: int, request: PreparedJob, seen_job_id: int, channel: str) -> int | None:
+    """Run TAKE_OVER for one request; return the new job id, or None if the key is no longer free
+    or no longer names ``seen_job_id``."""
+    params = {**_one_request_params((ordinal, request), channel), "seen_job_id": seen_job_id}
+    rows = _execute(alias, TAKE_OVER, params)
     return rows[0][1] if rows else None
+
+
+def replace_debounced(alias: str, ordinal: int, request: PreparedJob, seen_job_id: int) -> bool:
+    """Run REPLACE_DEBOUNCED; return whether the pending job took the request's definition."""
+    binding = request.binding
+    assert binding is not None and binding.window is not None
+    params = {
+        **_one_request_params((ordinal, request), ""),
+        "seen_job_id": seen_job_id,
+        "reset": binding.reset,
+        "window": binding.window,
+    }
+    return bool(_execute(alias, REPLACE_DEBOUNCED, params))
 
 
 def find_bindings(alias: str, rows: Sequence[tuple[int, PreparedJob]]) -> dict[int, ExistingBinding]:
@@ -713,7 +869,7 @@ def _request_values(ordinal: int, job: PreparedJob) -> tuple[Any, ...]:
     return (
         ordinal, job.job_type, job.queue, job.payload_json, job.priority, job.run_at, job.delay,
         json.dumps(job.tags), job.max_attempts, job.retry_policy_json, job.deadline, job.timeout,
-        job.concurrency_key, binding and binding.scope, binding and binding.key_hash,
+        job.concurrency_key, job.concurrency_limit, binding and binding.scope, binding and binding.key_hash,
         binding and binding.key_preview, binding and binding.mode.value, binding and binding.request_digest,
         binding and json.dumps(binding.field_digests, sort_keys=True), binding and binding.lifetime,
     )  # fmt: skip
@@ -736,6 +892,7 @@ def _json_row(ordinal: int, job: PreparedJob) -> str:
         f"{_json_time(job.run_at)},{_json_micros(job.delay)},[{','.join(map(quote, job.tags))}],"
         f"{job.max_attempts},{job.retry_policy_json},{_json_time(job.deadline)},{_json_micros(job.timeout)},"
         f"{'null' if job.concurrency_key is None else quote(job.concurrency_key)},"
+        f"{'null' if job.concurrency_limit is None else job.concurrency_limit},"
     )
     if binding is None:
         return head + "null,null,null,null,null,null,null]"
@@ -763,7 +920,7 @@ def _json_micros(value: timedelta | None) -> str:
 
 
 def _existing(ordinal: int, values: Sequence[Any]) -> ExistingBinding:
-    job_id, mode, digest, field_digests, expired = values
+    job_id, mode, digest, field_digests, free, job_state = values
     if isinstance(field_digests, str):
         field_digests = json.loads(field_digests)
     return ExistingBinding(
@@ -772,5 +929,6 @@ def _existing(ordinal: int, values: Sequence[Any]) -> ExistingBinding:
         mode=mode,
         request_digest=bytes(digest),
         field_digests=field_digests,
-        expired=bool(expired),
+        free=bool(free),
+        job_state=job_state,
     )

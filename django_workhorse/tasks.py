@@ -6,9 +6,12 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, Generic, ParamSpec, TypeVar
 
+from django_workhorse.exceptions import EnqueueValidationError
+from django_workhorse.fingerprint import derived_key
 from django_workhorse.registry import Handler, add_handler, bind_arguments, declares_context
 from django_workhorse.retry import RetryPolicy
-from django_workhorse.types import EnqueueOptions, EnqueueResult, JobId
+from django_workhorse.types import EnqueueOptions, EnqueueRequest, EnqueueResult, JobId, Unique
+from django_workhorse.validation import MODE_OPTIONS, resolve_options
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -49,19 +52,69 @@ class Task(Generic[P, R]):
         kwargs: dict[str, Any] | None = None,
         *,
         using: str | None = None,
+        unique_key: str | None = None,
+        idempotency_key: str | None = None,
+        idempotent: bool | None = None,
         **options: Any,
     ) -> EnqueueResult:
-        """Enqueue a call with option overrides (``queue=``, ``idempotency=``…).
+        """Enqueue a call with option overrides (``queue=``, ``debounce=``…).
 
         Arguments are bound to the function's signature now: a call that does not fit raises
-        ``TypeError`` here, not later in the worker.
+        ``TypeError`` here, not later in the worker. Keys, first set wins: ``unique_key``, then
+        ``idempotency_key`` (both in ``unique`` mode), then a key derived from the call when
+        ``idempotent`` (default: the task's ``idempotent=``) is true.
         """
         from django_workhorse.enqueuing import enqueue_with_result
 
+        request = self.as_request(
+            args, kwargs, unique_key=unique_key, idempotency_key=idempotency_key, idempotent=idempotent, **options
+        )
+        return enqueue_with_result(request.job_type, request.payload, request.options, using=using)
+
+    def as_request(
+        self,
+        args: tuple[Any, ...] | list[Any] = (),
+        kwargs: dict[str, Any] | None = None,
+        *,
+        unique_key: str | None = None,
+        idempotency_key: str | None = None,
+        idempotent: bool | None = None,
+        **options: Any,
+    ) -> EnqueueRequest:
+        """Build the :class:`EnqueueRequest` that :meth:`apply_async` would submit, for ``enqueue_many``."""
         payload = bind_arguments(self.func, tuple(args), dict(kwargs or {}))
-        if self.idempotent:
-            raise NotImplementedError("derived keys (idempotent=True) use the unique mode, which is not available yet")
-        return enqueue_with_result(self.name, payload, self.defaults, using=using, **options)
+        key = self._key(payload, unique_key, idempotency_key, idempotent, options)
+        if key is not None:
+            options["unique"] = Unique(key)
+        return EnqueueRequest(self.name, payload, resolve_options(self.defaults, options))
+
+    def derived_key(self, *args: Any, **kwargs: Any) -> str:
+        """Return the key ``idempotent=True`` derives for this call (see docs/derived-keys.md)."""
+        return derived_key(self.name, bind_arguments(self.func, args, kwargs))
+
+    def _key(
+        self,
+        payload: dict[str, Any],
+        unique_key: str | None,
+        idempotency_key: str | None,
+        idempotent: bool | None,
+        options: dict[str, Any],
+    ) -> str | None:
+        """Resolve the per-call key: unique_key > idempotency_key > derivation (None: no key from these)."""
+        explicit = [name for name in MODE_OPTIONS if options.get(name) is not None]
+        if unique_key is not None:
+            source, key = "unique_key", unique_key
+        elif idempotency_key is not None:
+            source, key = "idempotency_key", idempotency_key
+        elif idempotent or (idempotent is None and self.idempotent and not explicit):
+            source, key = "idempotent", derived_key(self.name, payload)
+        else:
+            return None
+        if explicit:
+            raise EnqueueValidationError(field=f"{source}, {explicit[0]}", bound="at most one keyed mode per request")
+        if not isinstance(key, str):  # never echo it: it is a key
+            raise EnqueueValidationError(field=source, bound="a string", value=type(key).__name__)
+        return key
 
 
 def task(
@@ -78,9 +131,9 @@ def task(
     """Turn a function into a :class:`Task` (usable as ``@task`` or ``@task(queue=...)``).
 
     The job type is ``name`` or the function's dotted path. A first parameter named ``ctx`` or
-    annotated ``HandlerContext`` receives the handler context. ``idempotent=True`` (derived
-    unique keys) is accepted but enqueueing such a task raises ``NotImplementedError`` until the
-    unique mode is available.
+    annotated ``HandlerContext`` receives the handler context. ``idempotent=True`` gives every
+    call a key derived from the task name and its bound arguments, in ``unique`` mode: a repeat
+    while the job is queued or running coalesces onto it.
     """
     defaults = EnqueueOptions(
         queue=queue, priority=priority, max_attempts=max_attempts, retry_policy=retry_policy, timeout=timeout

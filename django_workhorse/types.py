@@ -111,6 +111,7 @@ class EnqueueOptions:
     deadline: datetime | None = None
     timeout: timedelta | None = None
     concurrency_key: str | None = None
+    concurrency_limit: int | None = None
     idempotency: Idempotency | None = None
     unique: Unique | None = None
     debounce: Debounce | None = None

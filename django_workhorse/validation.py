@@ -32,6 +32,7 @@ MODE_OPTIONS: dict[str, type] = {
     "debounce": Debounce,
     "throttle": Throttle,
 }
+DEBOUNCE_SCHEDULES = ("reset", "preserve")
 _OPTION_NAMES = EnqueueOptions.names()
 _DEFAULT_RETRY_POLICY_JSON = canonical_json(DEFAULT_RETRY_POLICY.to_json())
 # JSON escapes U+0000 as \u0000, which PostgreSQL's jsonb rejects; an escaped backslash before it is fine.
@@ -46,9 +47,13 @@ class PreparedBinding:
     scope: str
     key_hash: bytes
     key_preview: str
+    # How long the binding lives from now (None: while its job is live, for unique); debounce
+    # keeps its key one window past the job's scheduled time.
     lifetime: timedelta | None
     field_digests: dict[str, str]
     request_digest: bytes
+    window: timedelta | None = None  # debounce: how far a replacement schedules the job
+    reset: bool = True  # debounce: a replacement moves run_at to now + window
 
     @property
     def key_digest(self) -> str:
@@ -75,6 +80,7 @@ class PreparedJob:
     deadline: datetime | None
     timeout: timedelta | None
     concurrency_key: str | None
+    concurrency_limit: int | None
     binding: PreparedBinding | None
 
 
@@ -117,7 +123,20 @@ def check_options(options: EnqueueOptions) -> CheckedOptions:
         _duration(options.timeout, "timeout", conf.MIN_TIMEOUT, conf.MAX_TIMEOUT)
     if options.concurrency_key is not None:
         _text(options.concurrency_key, "concurrency_key", max_bytes=conf.MAX_CONCURRENCY_KEY_BYTES)
+    if options.concurrency_limit is not None:
+        _integer(options.concurrency_limit, "concurrency_limit", conf.MIN_CONCURRENCY_LIMIT, conf.MAX_CONCURRENCY_LIMIT)
+        if options.concurrency_key is None:
+            raise EnqueueValidationError(field="concurrency_limit", bound="given only with a concurrency_key")
     return CheckedOptions(tags=_tags(options.tags), retry_policy_json=_retry_policy_json(options.retry_policy))
+
+
+def _concurrency_limit(options: EnqueueOptions) -> int | None:
+    """The request's limit, else the key's setting, else the default (None without a key)."""
+    if options.concurrency_key is None:
+        return None
+    if options.concurrency_limit is not None:
+        return options.concurrency_limit
+    return app_settings.CONCURRENCY_LIMITS.get(options.concurrency_key, app_settings.DEFAULT_CONCURRENCY_LIMIT)
 
 
 def prepare(
@@ -136,31 +155,44 @@ def prepare(
     _text(job_type, "job_type", max_chars=conf.MAX_JOB_TYPE_CHARS)
     checked = checked or check_options(options)
     payload_json = _payload(payload, max_payload_bytes or app_settings.MAX_PAYLOAD_BYTES)
+    limit = _concurrency_limit(options)
+    binding = _bind(job_type, options, checked.tags, payload_json, checked.retry_policy_json, limit)
     return PreparedJob(
         job_type=job_type,
         queue=options.queue,
         payload_json=payload_json,
         priority=options.priority,
         run_at=options.run_at,
-        delay=options.delay,
+        # A debounced job first runs one window from now.
+        delay=binding.window if binding is not None and binding.window is not None else options.delay,
         tags=checked.tags,
         max_attempts=options.max_attempts,
         retry_policy_json=checked.retry_policy_json,
         deadline=options.deadline,
         timeout=options.timeout,
         concurrency_key=options.concurrency_key,
-        binding=_bind(job_type, options, checked.tags, payload_json, checked.retry_policy_json),
+        concurrency_limit=limit,
+        binding=binding,
     )
 
 
 def _bind(
-    job_type: str, options: EnqueueOptions, tags: list[str], payload_json: str, policy_json: str
+    job_type: str,
+    options: EnqueueOptions,
+    tags: list[str],
+    payload_json: str,
+    policy_json: str,
+    concurrency_limit: int | None,
 ) -> PreparedBinding | None:
     chosen = [name for name in MODE_OPTIONS if getattr(options, name) is not None]
     if len(chosen) > 1:
         raise EnqueueValidationError(field=", ".join(chosen), bound="at most one keyed mode per request")
-    if options.debounce is not None and options.run_at is not None:
-        raise EnqueueValidationError(field="run_at", bound="omitted with debounce (the window schedules the job)")
+    if options.debounce is not None:
+        for schedule in ("run_at", "delay"):
+            if getattr(options, schedule) is not None:
+                raise EnqueueValidationError(
+                    field=schedule, bound="omitted with debounce (the window schedules the job)"
+                )
     if not chosen:
         return None
     name = chosen[0]
@@ -176,24 +208,36 @@ def _bind(
     lifetime = getattr(mode, lifetime_name, None)
     if lifetime is not None:
         _duration(lifetime, f"{name}.{lifetime_name}", conf.MIN_KEY_TTL, conf.MAX_KEY_TTL)
-    if not isinstance(mode, Idempotency):
-        raise NotImplementedError(f"the {name} mode is not available yet; use idempotency")
-    digests = _fingerprint(job_type, options, tags, lifetime_name, lifetime)
+    if isinstance(mode, Debounce) and mode.schedule not in DEBOUNCE_SCHEDULES:
+        raise EnqueueValidationError(
+            field="debounce.schedule", bound=" or ".join(map(repr, DEBOUNCE_SCHEDULES)), value=mode.schedule
+        )
+    digests = _fingerprint(job_type, options, tags, lifetime_name, lifetime, concurrency_limit)
     digests["payload"] = field_digest(payload_json)
     digests["retry_policy"] = _cached_text_digest(policy_json)
+    if isinstance(mode, Debounce):
+        digests["schedule"] = _cached_value_digest(mode.schedule)
+    window = mode.window if isinstance(mode, Debounce) else None
     return PreparedBinding(
         mode=KeyMode(name),
         scope=mode.scope,
         key_hash=key_hash(mode.scope, mode.key),
         key_preview=key_preview(mode.key),
-        lifetime=lifetime,
+        lifetime=2 * window if window is not None else lifetime,
         field_digests=digests,
         request_digest=request_digest(digests),
+        window=window,
+        reset=not isinstance(mode, Debounce) or mode.schedule == "reset",
     )
 
 
 def _fingerprint(
-    job_type: str, options: EnqueueOptions, tags: list[str], lifetime_name: str, lifetime: timedelta | None
+    job_type: str,
+    options: EnqueueOptions,
+    tags: list[str],
+    lifetime_name: str,
+    lifetime: timedelta | None,
+    concurrency_limit: int | None,
 ) -> dict[str, str]:
     """Digest every field that makes two requests the same request, except payload and retry policy."""
     values: dict[str, Any] = {
@@ -205,8 +249,12 @@ def _fingerprint(
         "max_attempts": options.max_attempts,
         "deadline": _utc(options.deadline),
         "timeout": _micros(options.timeout),
-        lifetime_name: _micros(lifetime),
     }
+    if lifetime is not None:  # unique keys have no ttl or window
+        values[lifetime_name] = _micros(lifetime)
+    # Only keyed jobs have a limit, so requests without a concurrency key keep their digests.
+    if concurrency_limit is not None:
+        values["concurrency_limit"] = concurrency_limit
     # An omitted run_at (or delay) stays omitted, so a later retry of an immediate job replays.
     if options.run_at is not None:
         values["run_at"] = _utc(options.run_at)

@@ -229,25 +229,60 @@ def test_enqueue_rejects_debounce_with_run_at():
         pytest.param({"throttle": Throttle(KEY, window=MS, scope="s" * 257)}, "throttle.scope", SCOPE_BYTES, id="throttle-scope-257"),
     ],
 )  # fmt: skip
-def test_enqueue_validates_unreleased_modes_before_refusing_them(options, field, bound):
+def test_enqueue_validates_keyed_modes_before_any_sql(options, field, bound):
     assert_no_raw_key(reject(field, bound, lambda: django_workhorse.enqueue("tests.noop", **options)))
 
 
-# These modes are not released yet: a valid request is refused after validation, writing nothing.
-# When a mode ships, its case here must become an acceptance test.
 @pytest.mark.parametrize(
     "mode",
     [
-        pytest.param({"unique": Unique(KEY)}, id="unique"),
-        pytest.param({"debounce": Debounce(KEY, window=YEAR)}, id="debounce"),
-        pytest.param({"throttle": Throttle(KEY, window=MS)}, id="throttle"),
+        pytest.param({"unique": Unique("k" * 512, scope="s" * 256)}, id="unique"),
+        pytest.param({"debounce": Debounce("k" * 512, window=YEAR, scope="s" * 256)}, id="debounce-year"),
+        pytest.param({"debounce": Debounce(KEY, window=MS, schedule="preserve")}, id="debounce-1ms"),
+        pytest.param({"throttle": Throttle("k" * 512, window=MS, scope="s" * 256)}, id="throttle-1ms"),
+        pytest.param({"throttle": Throttle(KEY, window=YEAR)}, id="throttle-year"),
     ],
 )
-def test_enqueue_refuses_valid_unreleased_mode_without_writing(mode):
-    before = count_rows()
-    with pytest.raises(NotImplementedError):
-        django_workhorse.enqueue("tests.noop", **mode)
-    assert count_rows() == before
+def test_enqueue_accepts_every_mode_at_its_largest_bounds(mode):
+    result = django_workhorse.enqueue_with_result("tests.noop", **mode)
+    assert result.outcome is EnqueueOutcome.ACCEPTED
+
+
+def test_enqueue_rejects_debounce_with_delay():
+    options = {"debounce": Debounce(KEY, window=MS), "delay": MS}
+    bound = "omitted with debounce (the window schedules the job)"
+    reject("delay", bound, lambda: django_workhorse.enqueue("tests.noop", **options))
+
+
+def test_enqueue_rejects_unknown_debounce_schedule():
+    options = {"debounce": Debounce(KEY, window=MS, schedule="later")}  # type: ignore[arg-type]
+    reject("debounce.schedule", "'reset' or 'preserve'", lambda: django_workhorse.enqueue("tests.noop", **options))
+
+
+@pytest.mark.parametrize(
+    ("options", "ok"),
+    [
+        pytest.param({"concurrency_key": "k", "concurrency_limit": 1}, True, id="1"),
+        pytest.param({"concurrency_key": "k", "concurrency_limit": 1000}, True, id="1000"),
+        pytest.param({"concurrency_key": "k", "concurrency_limit": 0}, False, id="0"),
+        pytest.param({"concurrency_key": "k", "concurrency_limit": 1001}, False, id="1001"),
+        pytest.param({"concurrency_key": "k", "concurrency_limit": True}, False, id="bool"),
+    ],
+)
+def test_enqueue_bounds_concurrency_limit_exactly(options, ok):
+    call = lambda: django_workhorse.enqueue("tests.noop", **options)  # noqa: E731
+    if ok:
+        assert Job.objects.get(pk=call()).concurrency_limit == options["concurrency_limit"]
+    else:
+        reject("concurrency_limit", "an integer in 1..1000", call)
+
+
+def test_enqueue_rejects_concurrency_limit_without_key():
+    reject(
+        "concurrency_limit",
+        "given only with a concurrency_key",
+        lambda: django_workhorse.enqueue("tests.noop", concurrency_limit=2),
+    )
 
 
 def test_enqueue_rejects_plain_string_mode_without_raw_key():

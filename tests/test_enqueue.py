@@ -121,11 +121,19 @@ def test_enqueue_conflict_names_the_changed_field(field):
         enqueue(job_type, payload, **options)
 
     error = caught.value
-    assert error.conflicting_fields == (field,)
+    # A concurrency key brings its limit (from the settings here) into the fingerprint.
+    assert error.conflicting_fields == ((field, "concurrency_limit") if field == "concurrency_key" else (field,))
     assert (error.job_id, error.mode, error.scope, error.ordinal) == (original, "idempotency", KEY.scope, None)
     assert error.key_preview == key_preview(KEY.key) and error.key_digest == key_digest(key_hash(KEY.scope, KEY.key))
     assert error.stored_request_digest != error.rejected_request_digest
     assert count_rows() == before
+
+
+def test_enqueue_conflict_names_a_changed_concurrency_limit():
+    enqueue("invoice.capture", PAYLOAD, idempotency=KEY, concurrency_key="tenant-1", concurrency_limit=2)
+    with pytest.raises(EnqueueIdempotencyConflictError) as caught:
+        enqueue("invoice.capture", PAYLOAD, idempotency=KEY, concurrency_key="tenant-1", concurrency_limit=3)
+    assert caught.value.conflicting_fields == ("concurrency_limit",)
 
 
 def test_enqueue_conflict_names_every_changed_field():

@@ -229,11 +229,14 @@ def test_the_task_module_registers_its_handlers_on_import():
     assert not get_handler("tests.add").takes_context
 
 
-def test_task_accepts_the_idempotent_flag_but_refuses_to_enqueue_until_unique_mode_exists():
+def test_idempotent_task_coalesces_a_repeated_call_onto_the_live_job():
     @task(name="tests.idempotent_flag", idempotent=True)
     def charge(ctx: object, customer_id: int) -> None: ...
 
+    first = charge.enqueue_with_result(42)
+    again = charge.enqueue_with_result(customer_id=42)
+
     assert isinstance(charge, Task) and charge.idempotent
-    with pytest.raises(NotImplementedError):
-        charge.enqueue(42)
-    assert count_rows()["workhorse_job"] == 0
+    assert first.outcome is EnqueueOutcome.ACCEPTED
+    assert again == EnqueueResult(first.job_id, EnqueueOutcome.COALESCED)
+    assert count_rows()["workhorse_job"] == 1
