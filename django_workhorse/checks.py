@@ -84,13 +84,16 @@ def _concurrency_limits() -> list[CheckMessage]:
     default = getattr(settings, "WORKHORSE_DEFAULT_CONCURRENCY_LIMIT", conf.DEFAULT_CONCURRENCY_LIMIT)
     if not _is_limit(default):
         errors.append(
-            Error(f"WORKHORSE_DEFAULT_CONCURRENCY_LIMIT must be an integer in {bounds}, got {default!r}.",
-                  id="workhorse.E007")
+            Error(
+                f"WORKHORSE_DEFAULT_CONCURRENCY_LIMIT must be an integer in {bounds}, got {default!r}.",
+                id="workhorse.E007",
+            )
         )
     limits = getattr(settings, "WORKHORSE_CONCURRENCY_LIMITS", {})
     if not isinstance(limits, dict) or not all(isinstance(k, str) and _is_limit(v) for k, v in limits.items()):
         errors.append(
-            Error(f"WORKHORSE_CONCURRENCY_LIMITS must map concurrency keys to integers in {bounds}.",
-                  id="workhorse.E008")
+            Error(
+                f"WORKHORSE_CONCURRENCY_LIMITS must map concurrency keys to integers in {bounds}.", id="workhorse.E008"
+            )
         )
     return errors

@@ -12,7 +12,7 @@ from typing import Any
 
 from django.db import router, transaction
 
-from django_workhorse import conf, sql
+from django_workhorse import conf, eager, sql
 from django_workhorse.conf import app_settings
 from django_workhorse.exceptions import EnqueueIdempotencyConflictError, EnqueueValidationError, WorkhorseError
 from django_workhorse.fingerprint import differing_fields
@@ -57,7 +57,11 @@ def enqueue_with_result(
 ) -> EnqueueResult:
     """Enqueue a job like :func:`enqueue`, returning the job id and the outcome (accepted, replayed…)."""
     request = prepare(job_type, payload, resolve_options(options, option_kwargs))
-    return _submit([request], _alias(using), batch=False)[0]
+    alias = _alias(using)
+    results = _submit([request], alias, batch=False)
+    if eager.is_active():
+        eager.run_accepted(alias, results)
+    return results[0]
 
 
 def enqueue_many(requests: Sequence[EnqueueRequest], *, using: str | None = None) -> list[EnqueueResult]:
@@ -75,7 +79,11 @@ def enqueue_many(requests: Sequence[EnqueueRequest], *, using: str | None = None
     checked: dict[int, CheckedOptions] = {}  # by id() of each distinct options object
     limit = app_settings.MAX_PAYLOAD_BYTES
     prepared = [_prepare_entry(ordinal, entry, checked, limit) for ordinal, entry in enumerate(requests)]
-    return _submit(prepared, _alias(using), batch=True)
+    alias = _alias(using)
+    results = _submit(prepared, alias, batch=True)
+    if eager.is_active():
+        eager.run_accepted(alias, results)
+    return results
 
 
 def _prepare_entry(ordinal: int, entry: Any, checked: dict[int, CheckedOptions], limit: int) -> PreparedJob:

@@ -309,12 +309,16 @@ events AS (
 SELECT * FROM claimed ORDER BY priority DESC, run_at, id
 """
 
-# claim_job: lease one queued job by id (eager mode runs it in the caller's transaction).
+# claim_job: lease one queued job by id, due now unless %(scheduled)s (eager mode runs it in the
+# caller's transaction); concurrency limits hold as in CLAIM.
 CLAIM_JOB = CLAIM.replace(
     "FROM unnest(%(queues)s::text[]) AS wanted(queue),",
     "FROM (SELECT queue FROM workhorse_job WHERE id = %(job_id)s) AS wanted(queue),",
-).replace("WHERE status = 'queued' AND queue = wanted.queue AND run_at <= clock_timestamp()",
-          "WHERE status = 'queued' AND id = %(job_id)s")
+).replace(
+    "WHERE status = 'queued' AND queue = wanted.queue AND run_at <= clock_timestamp()",
+    "WHERE status = 'queued' AND id = %(job_id)s AND (%(scheduled)s OR run_at <= clock_timestamp())",
+)
+assert CLAIM_JOB.count("%(job_id)s") == 2
 
 
 # record_outcomes: write how attempts ended, many in one statement, each fenced by its lease
@@ -661,9 +665,9 @@ def claim(alias: str, *, queues: Sequence[str], limit: int, lease: timedelta, wo
     return _claim(alias, CLAIM, params)
 
 
-def claim_job(alias: str, *, job_id: int, lease: timedelta, worker: str) -> ClaimedJob | None:
+def claim_job(alias: str, *, job_id: int, lease: timedelta, worker: str, scheduled: bool = False) -> ClaimedJob | None:
     """Run CLAIM_JOB inside a savepoint; return the leased job, or None if it is not claimable now."""
-    params = {"job_id": job_id, "limit": 1, "lease": lease, "worker": worker}
+    params = {"job_id": job_id, "limit": 1, "lease": lease, "worker": worker, "scheduled": scheduled}
     jobs = _claim(alias, CLAIM_JOB, params, savepoint=True)
     return jobs[0] if jobs else None
 
@@ -677,7 +681,9 @@ def _claim(alias: str, statement: str, params: dict[str, Any], *, savepoint: boo
             if constraint_name(exc) != JOB_CONCURRENCY_SLOT_UNIQ:
                 raise
             continue
-        return [ClaimedJob(*(_json(value) if i in (3, 6) else value for i, value in enumerate(row[:11]))) for row in rows]
+        return [
+            ClaimedJob(*(_json(value) if i in (3, 6) else value for i, value in enumerate(row[:11]))) for row in rows
+        ]
     return []
 
 

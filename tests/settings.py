@@ -13,7 +13,8 @@ USE_TZ = True
 TIME_ZONE = "UTC"
 ALLOWED_HOSTS = ["*"]
 DATABASES = {"default": {**database_settings(BASE_DIR, name="workhorse_tests"), "CONN_MAX_AGE": 0}}
-DATABASES["other"] = {**DATABASES["default"], "TEST": {"NAME": "test_workhorse_other"}}
+# A second alias on its own test database, named after the first so parallel runs do not collide.
+DATABASES["other"] = {**DATABASES["default"], "TEST": {"NAME": f"test_{DATABASES['default']['NAME']}_other"}}
 INSTALLED_APPS = [
     "django.contrib.admin",
     "django.contrib.auth",

@@ -31,6 +31,7 @@ class Outcome:
     error: str = ""
     run_at: datetime | None = None
     events: tuple[tuple[str, dict[str, Any]], ...] = ()
+    exception: BaseException | None = None  # the handler's, kept for eager mode (never stored)
 
 
 def execute(job: sql.ClaimedJob, context: HandlerContext, started: Callable[[], None] | None = None) -> Outcome:
@@ -48,7 +49,7 @@ def execute(job: sql.ClaimedJob, context: HandlerContext, started: Callable[[], 
     except JobCancelledError:
         return Outcome(job, "cancelled", events=(("cancelled", {}),))
     except BaseException as exc:  # the handler's failure (even sys.exit()) is the job's, not the worker's
-        return _failure(job, _describe(exc))
+        return _failure(job, _describe(exc), exception=exc)
     if job.timeout is not None and time.monotonic() - began > job.timeout.total_seconds():
         return _failure(job, f"TimeoutError: the attempt ran longer than its timeout of {job.timeout}")
     return Outcome(job, "succeeded", result_json=result_json, events=(("succeeded", {}),))
@@ -69,13 +70,15 @@ def record(alias: str, outcomes: Sequence[Outcome]) -> list[str]:
     return statuses
 
 
-def _failure(job: sql.ClaimedJob, error: str, *, final: bool = False) -> Outcome:
+def _failure(
+    job: sql.ClaimedJob, error: str, *, final: bool = False, exception: BaseException | None = None
+) -> Outcome:
     retry_at = None if final else _retry_at(job)
     failed = ("failed", {"error": error[:500]})
     if retry_at is None:
-        return Outcome(job, "dead", error=error, events=(failed, ("dead", {})))
+        return Outcome(job, "dead", error=error, events=(failed, ("dead", {})), exception=exception)
     retry = ("retry_scheduled", {"run_at": retry_at.isoformat()})
-    return Outcome(job, "queued", error=error, run_at=retry_at, events=(failed, retry))
+    return Outcome(job, "queued", error=error, run_at=retry_at, events=(failed, retry), exception=exception)
 
 
 def _retry_at(job: sql.ClaimedJob) -> datetime | None:
