@@ -1,4 +1,4 @@
-"""System checks: PostgreSQL only (workhorse.E001), settings within their bounds (E002, E003)."""
+"""System checks: PostgreSQL only (workhorse.E001), settings within their bounds (E002-E008)."""
 
 from __future__ import annotations
 
@@ -142,3 +142,28 @@ def test_check_settings_rejects_non_positive_durations(setting, check_id, value)
 def test_check_settings_accepts_the_smallest_positive_duration(setting):
     with override_settings(**{setting: timedelta(microseconds=1)}):
         assert check_settings() == []
+
+
+@pytest.mark.parametrize("limit", [1, 1000], ids=["1", "1000"])
+def test_check_settings_accepts_concurrency_limits_at_edge(limit):
+    with override_settings(WORKHORSE_DEFAULT_CONCURRENCY_LIMIT=limit, WORKHORSE_CONCURRENCY_LIMITS={"k": limit}):
+        assert check_settings() == []
+
+
+@pytest.mark.parametrize("limit", [0, 1001, True, "2", None], ids=repr)
+def test_check_settings_rejects_bad_default_concurrency_limit(limit):
+    with override_settings(WORKHORSE_DEFAULT_CONCURRENCY_LIMIT=limit):
+        assert check_settings() == [
+            Error(
+                f"WORKHORSE_DEFAULT_CONCURRENCY_LIMIT must be an integer in 1..1000, got {limit!r}.",
+                id="workhorse.E007",
+            )
+        ]
+
+
+@pytest.mark.parametrize("limits", [{"k": 0}, {"k": 1001}, {1: 2}, [("k", 2)], None], ids=repr)
+def test_check_settings_rejects_bad_concurrency_limits(limits):
+    with override_settings(WORKHORSE_CONCURRENCY_LIMITS=limits):
+        assert check_settings() == [
+            Error("WORKHORSE_CONCURRENCY_LIMITS must map concurrency keys to integers in 1..1000.", id="workhorse.E008")
+        ]
