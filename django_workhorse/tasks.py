@@ -6,6 +6,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, Generic, ParamSpec, TypeVar
 
+from django_workhorse import conf
 from django_workhorse.exceptions import EnqueueValidationError
 from django_workhorse.fingerprint import derived_key
 from django_workhorse.registry import Handler, add_handler, bind_arguments, declares_context
@@ -107,13 +108,21 @@ class Task(Generic[P, R]):
         elif idempotency_key is not None:
             source, key = "idempotency_key", idempotency_key
         elif idempotent or (idempotent is None and self.idempotent and not explicit):
-            source, key = "idempotent", derived_key(self.name, payload)
+            try:
+                source, key = "idempotent", derived_key(self.name, payload)
+            except (TypeError, ValueError) as exc:  # reported as enqueue reports any unserializable payload
+                raise EnqueueValidationError(field="payload", bound="JSON-serializable", value=str(exc)) from exc
         else:
             return None
         if explicit:
             raise EnqueueValidationError(field=f"{source}, {explicit[0]}", bound="at most one keyed mode per request")
         if not isinstance(key, str):  # never echo it: it is a key
             raise EnqueueValidationError(field=source, bound="a string", value=type(key).__name__)
+        if not 1 <= len(key.encode(errors="surrogatepass")) <= conf.MAX_KEY_BYTES:
+            size = len(key.encode(errors="surrogatepass"))
+            raise EnqueueValidationError(
+                field=source, bound=f"1..{conf.MAX_KEY_BYTES} UTF-8 bytes", value=f"{size} bytes"
+            )
         return key
 
 
