@@ -53,7 +53,8 @@ def prune_finished_jobs(
 ) -> int:
     """Delete jobs finished more than ``older_than`` ago (WORKHORSE_JOB_RETENTION, 14 days).
 
-    A job that still owns a binding is kept until the binding expires and is pruned.
+    A job whose key is still live (an idempotency or throttle window, a debounce cool-down) is kept
+    until the key is free; free bindings go with their job.
     """
     alias = using or router.db_for_write(Job)
     before = datetime.now(timezone.utc) - (older_than or app_settings.JOB_RETENTION)

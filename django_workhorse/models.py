@@ -76,6 +76,8 @@ class EventKind(models.TextChoices):
     RELEASED = "released"
     CANCEL_REQUESTED = "cancel_requested"
     REPLACED = "replaced"
+    RUN_NOW = "run_now"
+    KEY_RELEASED = "key_released"
 
 
 class Job(models.Model):
@@ -116,6 +118,13 @@ class Job(models.Model):
 
     class Meta:
         db_table = "workhorse_job"
+        # Operator actions, each its own permission (viewing needs only "view job").
+        permissions = [
+            ("cancel_job", "Can cancel jobs"),
+            ("redrive_job", "Can redrive dead jobs"),
+            ("purge_job", "Can purge queued jobs"),
+            ("run_job_now", "Can run scheduled jobs now"),
+        ]
         indexes = [
             # Matches the claim order exactly: queue, priority DESC, run_at, id.
             models.Index(
@@ -208,6 +217,7 @@ class IdempotencyBinding(models.Model):
     class Meta:
         db_table = "workhorse_binding"
         verbose_name = "idempotency binding"
+        permissions = [("release_binding", "Can release idempotency bindings")]
         constraints = [
             models.UniqueConstraint(fields=["scope", "key_hash"], name=BINDING_KEY_UNIQ),
             models.CheckConstraint(
@@ -236,6 +246,14 @@ class IdempotencyBinding(models.Model):
 
     def is_expired(self, now: datetime) -> bool:
         return self.expires_at is not None and self.expires_at <= now
+
+
+class DeadJob(Job):
+    """Dead jobs (dead letters), for their own admin page."""
+
+    class Meta:
+        proxy = True
+        verbose_name = "dead letter"
 
 
 class JobEvent(models.Model):

@@ -938,3 +938,48 @@ def _existing(ordinal: int, values: Sequence[Any]) -> ExistingBinding:
         free=bool(free),
         job_state=job_state,
     )
+
+
+# run_now: make scheduled queued jobs due now (an operator's "run now"), record who asked, and
+# wake the workers of their queues at commit.
+RUN_NOW = """
+WITH moved AS (
+    UPDATE workhorse_job SET run_at = clock_timestamp()
+    WHERE id = ANY(%(job_ids)s::bigint[]) AND status = 'queued' AND run_at > clock_timestamp()
+    RETURNING id, attempt, queue
+),
+events AS (
+    INSERT INTO workhorse_job_event (job_id, kind, attempt, at, details)
+    SELECT id, 'run_now', attempt, clock_timestamp(), jsonb_build_object('requested_by', %(requested_by)s::text)
+    FROM moved
+),
+notified AS (SELECT pg_notify(%(channel)s, queue) FROM (SELECT DISTINCT queue FROM moved) AS queues)
+SELECT id FROM moved CROSS JOIN (SELECT count(*) FROM notified) AS n
+"""
+
+# release_binding: free a key at once (an operator's "release"), recording who did it on the job
+# the key named. Returns the job ids whose keys were released.
+RELEASE_BINDINGS = """
+WITH released AS (
+    DELETE FROM workhorse_binding WHERE id = ANY(%(binding_ids)s::bigint[])
+    RETURNING job_id, mode, scope, encode(substring(key_hash from 1 for 6), 'hex') AS key_digest
+)
+INSERT INTO workhorse_job_event (job_id, kind, attempt, at, details)
+SELECT released.job_id, 'key_released', job.attempt, clock_timestamp(), jsonb_build_object(
+    'requested_by', %(requested_by)s::text, 'mode', released.mode, 'scope', released.scope,
+    'key_digest', released.key_digest)
+FROM released JOIN workhorse_job AS job ON job.id = released.job_id
+RETURNING job_id
+"""
+
+
+def run_now(alias: str, job_ids: Sequence[int], requested_by: str, channel: str) -> list[int]:
+    """Run RUN_NOW; return the ids of the jobs moved."""
+    params = {"job_ids": list(job_ids), "requested_by": requested_by, "channel": channel}
+    return [row[0] for row in _execute(alias, RUN_NOW, params)]
+
+
+def release_bindings(alias: str, binding_ids: Sequence[int], requested_by: str) -> list[int]:
+    """Run RELEASE_BINDINGS; return the ids of the jobs whose keys were released."""
+    params = {"binding_ids": list(binding_ids), "requested_by": requested_by}
+    return [row[0] for row in _execute(alias, RELEASE_BINDINGS, params)]

@@ -1,0 +1,157 @@
+"""What the operator sees: queue depths, throughput, recent failures and workers (ORM queries only).
+
+Shared by the admin dashboard and ``manage.py workhorse_status``, so both show the same numbers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.db import router
+from django.db.models import Count, Min, Q, QuerySet
+from django.db.models.functions import TruncMinute
+from django.utils import timezone
+
+from django_workhorse.models import Job, JobStatus, WorkerRecord
+
+THROUGHPUT_MINUTES = 60
+
+
+@dataclass(frozen=True)
+class QueueDepth:
+    """How many jobs of one queue are in each live state, and how long the oldest ready one waited."""
+
+    queue: str
+    ready: int = 0
+    scheduled: int = 0
+    running: int = 0
+    dead: int = 0
+    oldest_ready_age: timedelta | None = None
+
+    def as_json(self) -> dict[str, object]:
+        """Return a JSON-ready dict (the age in seconds)."""
+        age = None if self.oldest_ready_age is None else round(self.oldest_ready_age.total_seconds(), 3)
+        return {
+            "queue": self.queue,
+            "ready": self.ready,
+            "scheduled": self.scheduled,
+            "running": self.running,
+            "dead": self.dead,
+            "oldest_ready_age_seconds": age,
+        }
+
+
+@dataclass(frozen=True)
+class Throughput:
+    """Jobs finished per minute over the last ``THROUGHPUT_MINUTES`` minutes, oldest minute first."""
+
+    minutes: list[datetime]
+    succeeded: list[int]
+    failed: list[int]  # dead or cancelled
+
+    @property
+    def total(self) -> int:
+        return sum(self.succeeded) + sum(self.failed)
+
+
+@dataclass(frozen=True)
+class WorkerStatus:
+    """A registered worker and the jobs it holds right now."""
+
+    name: str
+    host: str
+    pid: int
+    queues: list[str]
+    concurrency: int
+    started_at: datetime
+    heartbeat_at: datetime
+    running_job_ids: list[int] = field(default_factory=list)
+
+
+def queue_depths(*, using: str | None = None, now: datetime | None = None) -> list[QueueDepth]:
+    """Return the depth of every queue that has live or dead jobs, by queue name."""
+    now = now or timezone.now()
+    ready = Q(status=JobStatus.QUEUED, run_at__lte=now)
+    rows = (
+        _jobs(using)
+        .filter(status__in=[JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.DEAD])
+        .values("queue")
+        .annotate(
+            ready=Count("id", filter=ready),
+            scheduled=Count("id", filter=Q(status=JobStatus.QUEUED, run_at__gt=now)),
+            running=Count("id", filter=Q(status=JobStatus.RUNNING)),
+            dead=Count("id", filter=Q(status=JobStatus.DEAD)),
+            oldest_ready=Min("run_at", filter=ready),
+        )
+        .order_by("queue")
+    )
+    return [
+        QueueDepth(
+            queue=row["queue"],
+            ready=row["ready"],
+            scheduled=row["scheduled"],
+            running=row["running"],
+            dead=row["dead"],
+            oldest_ready_age=None if row["oldest_ready"] is None else max(now - row["oldest_ready"], timedelta(0)),
+        )
+        for row in rows
+    ]
+
+
+def throughput(
+    *, using: str | None = None, minutes: int = THROUGHPUT_MINUTES, now: datetime | None = None
+) -> Throughput:
+    """Return finished jobs per minute (succeeded, and dead or cancelled) over the last ``minutes``."""
+    end = (now or timezone.now()).replace(second=0, microsecond=0) + timedelta(minutes=1)
+    start = end - timedelta(minutes=minutes)
+    counts = (
+        _jobs(using)
+        .filter(status__in=[JobStatus.SUCCEEDED, JobStatus.DEAD, JobStatus.CANCELLED], finished_at__gte=start)
+        .annotate(minute=TruncMinute("finished_at"))
+        .values("minute")
+        .annotate(
+            succeeded=Count("id", filter=Q(status=JobStatus.SUCCEEDED)),
+            failed=Count("id", filter=~Q(status=JobStatus.SUCCEEDED)),
+        )
+    )
+    by_minute = {row["minute"]: (row["succeeded"], row["failed"]) for row in counts}
+    minutes_list = [start + timedelta(minutes=i) for i in range(minutes)]
+    return Throughput(
+        minutes=minutes_list,
+        succeeded=[by_minute.get(minute, (0, 0))[0] for minute in minutes_list],
+        failed=[by_minute.get(minute, (0, 0))[1] for minute in minutes_list],
+    )
+
+
+def recent_failures(*, using: str | None = None, limit: int = 10) -> list[Job]:
+    """Return the most recently finished dead jobs, newest first."""
+    return list(_jobs(using).filter(status=JobStatus.DEAD).order_by("-finished_at", "-id")[:limit])
+
+
+def workers(*, using: str | None = None) -> list[WorkerStatus]:
+    """Return the registered workers with the ids of the jobs each is running."""
+    alias = using or router.db_for_read(WorkerRecord)
+    running: dict[str, list[int]] = {}
+    for job_id, worker in (
+        _jobs(alias).filter(status=JobStatus.RUNNING).order_by("id").values_list("id", "claimed_by")
+    ):
+        running.setdefault(worker, []).append(job_id)
+    return [
+        WorkerStatus(
+            name=record.name,
+            host=record.host,
+            pid=record.pid,
+            queues=list(record.queues),
+            concurrency=record.concurrency,
+            started_at=record.started_at,
+            heartbeat_at=record.heartbeat_at,
+            running_job_ids=running.get(record.name, []),
+        )
+        for record in WorkerRecord.objects.using(alias).order_by("name")
+    ]
+
+
+def _jobs(using: str | None) -> QuerySet[Job]:
+    jobs: QuerySet[Job] = Job.objects.using(using or router.db_for_read(Job))
+    return jobs
