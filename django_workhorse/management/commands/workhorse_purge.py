@@ -1,0 +1,98 @@
+"""``manage.py workhorse_purge``: delete queued jobs of a queue (or by id) and release their keys."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterable, Iterator
+from itertools import islice
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import router
+
+from django_workhorse.maintenance import purge
+from django_workhorse.models import Job, JobStatus
+from django_workhorse.progress import Progress
+
+PURGE_CHUNK = 1000
+
+
+def job_id(text: str) -> int:
+    """Parse a job id: a positive integer."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("must be a job id (a positive integer)") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be a job id (a positive integer)")
+    return value
+
+
+def chunked(ids: Iterable[int], size: int) -> Iterator[list[int]]:
+    """Yield lists of up to ``size`` ids."""
+    it = iter(ids)
+    while chunk := list(islice(it, size)):
+        yield chunk
+
+
+class Command(BaseCommand):
+    help = (
+        "Delete queued jobs of a queue, or the given queued jobs, and release their idempotency keys. "
+        "Running and finished jobs are never purged."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--queue", default=None, metavar="NAME", help="Purge the queued jobs of this queue.")
+        parser.add_argument(
+            "--job",
+            type=job_id,
+            action="append",
+            dest="job_ids",
+            metavar="ID",
+            help="Purge this queued job (repeatable; with --queue, only if it is in that queue).",
+        )
+        parser.add_argument("--dry-run", action="store_true", help="Count what would be purged; delete nothing.")
+        parser.add_argument("--no-progress", action="store_true", help="Never show a progress bar.")
+        parser.add_argument("--database", default=None, help="Database alias (default: the router's choice).")
+
+    def handle(
+        self,
+        *args: Any,
+        queue: str | None,
+        job_ids: list[int] | None,
+        dry_run: bool,
+        no_progress: bool,
+        database: str | None,
+        verbosity: int,
+        **options: Any,
+    ) -> None:
+        if queue is None and not job_ids:
+            raise CommandError("Give --queue NAME or --job ID: refusing to purge without a filter.")
+        alias = database or router.db_for_write(Job)
+        queued = Job.objects.using(alias).filter(status=JobStatus.QUEUED)
+        if queue is not None:
+            queued = queued.filter(queue=queue)
+        if job_ids:
+            queued = queued.filter(pk__in=job_ids)
+            self._report_skipped(job_ids, set(queued.values_list("pk", flat=True)), queue)
+        where = "" if queue is None else f" from queue {queue}"
+        total = queued.count()
+        if dry_run:
+            if verbosity:
+                self.stdout.write(f"Would purge {total} queued job(s){where}.")
+            return
+        purged = 0
+        ids = queued.order_by("pk").values_list("pk", flat=True).iterator(chunk_size=PURGE_CHUNK)
+        with Progress(total=total, desc="Purging", stream=self.stderr, enabled=not no_progress) as bar:
+            for chunk in chunked(ids, PURGE_CHUNK):
+                purged += purge(queue=queue, job_ids=chunk, using=alias)
+                bar.update(len(chunk))
+        if verbosity:
+            self.stdout.write(f"Purged {purged} queued job(s){where}.")
+
+    def _report_skipped(self, job_ids: list[int], queued: set[int], queue: str | None) -> None:
+        skipped = sorted(set(job_ids) - queued)
+        if skipped:
+            state = "queued" if queue is None else f"queued in queue {queue}"
+            listed = ", ".join(map(str, skipped))
+            self.stderr.write(f"Skipping {len(skipped)} job(s) that are not {state} (or do not exist): {listed}.")

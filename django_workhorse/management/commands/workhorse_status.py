@@ -1,0 +1,135 @@
+"""``manage.py workhorse_status``: queue depths, throughput and workers, as a table or JSON."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandParser
+from django.db import router
+from django.utils import timezone
+
+from django_workhorse.models import Job
+from django_workhorse.stats import QueueDepth, Throughput, WorkerStatus, queue_depths, throughput, workers
+
+
+def human_age(age: timedelta | None) -> str:
+    """Return ``age`` as "3.2 s", "4 min", "2.5 h" or "3.0 d" ("-" for none)."""
+    if age is None:
+        return "-"
+    seconds = max(age.total_seconds(), 0.0)
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    if seconds < 3600:
+        return f"{int(seconds // 60)} min"
+    if seconds < 86400:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} d"
+
+
+def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]], *, right: Sequence[int] = ()) -> list[str]:
+    """Return the lines of a plain-text table; columns in ``right`` are right-aligned."""
+    cells = [[str(cell) for cell in row] for row in rows]
+    widths = [max([len(header)] + [len(row[i]) for row in cells]) for i, header in enumerate(headers)]
+
+    def line(values: Sequence[str]) -> str:
+        padded = (v.rjust(w) if i in right else v.ljust(w) for i, (v, w) in enumerate(zip(values, widths, strict=True)))
+        return "  ".join(padded).rstrip()
+
+    return [line(headers), line(["-" * width for width in widths]), *(line(row) for row in cells)]
+
+
+def worker_json(worker: WorkerStatus, now: datetime) -> dict[str, object]:
+    """Return a JSON-ready dict of ``worker`` (times in ISO 8601, the heartbeat age in seconds)."""
+    return {
+        "name": worker.name,
+        "host": worker.host,
+        "pid": worker.pid,
+        "queues": worker.queues,
+        "concurrency": worker.concurrency,
+        "started_at": worker.started_at.isoformat(),
+        "heartbeat_at": worker.heartbeat_at.isoformat(),
+        "heartbeat_age_seconds": round(max((now - worker.heartbeat_at).total_seconds(), 0.0), 3),
+        "running_job_ids": worker.running_job_ids,
+    }
+
+
+class Command(BaseCommand):
+    help = "Show queue depths, the oldest ready job's age, throughput over the last hour and the workers."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--json", action="store_true", dest="as_json", help="Print one JSON object instead of tables."
+        )
+        parser.add_argument("--database", default=None, help="Database alias (default: the router's choice).")
+
+    def handle(self, *args: Any, as_json: bool, database: str | None, **options: Any) -> None:
+        now = timezone.now()
+        depths = queue_depths(using=database, now=now)
+        finished = throughput(using=database, now=now)
+        registered = workers(using=database)
+        if as_json:
+            self._write_json(depths, finished, registered, now)
+            return
+        self._write_queues(depths, database)
+        self.stdout.write("")
+        self._write_throughput(finished)
+        self.stdout.write("")
+        self._write_workers(registered, now)
+
+    def _write_json(
+        self, depths: list[QueueDepth], finished: Throughput, registered: list[WorkerStatus], now: datetime
+    ) -> None:
+        report = {
+            "queues": [depth.as_json() for depth in depths],
+            "throughput": {
+                "minutes": len(finished.minutes),
+                "succeeded": sum(finished.succeeded),
+                "failed": sum(finished.failed),
+            },
+            "workers": [worker_json(worker, now) for worker in registered],
+        }
+        self.stdout.write(json.dumps(report, indent=2))
+
+    def _write_queues(self, depths: list[QueueDepth], database: str | None) -> None:
+        self.stdout.write("Queues")
+        if not depths:
+            alias = database or router.db_for_read(Job)
+            anything = Job.objects.using(alias).exists()
+            self.stdout.write("No queued, running or dead jobs." if anything else "No jobs.")
+            return
+        rows = [[d.queue, d.ready, d.scheduled, d.running, d.dead, human_age(d.oldest_ready_age)] for d in depths]
+        headers = ["queue", "ready", "scheduled", "running", "dead", "oldest ready"]
+        for line in format_table(headers, rows, right=range(1, 6)):
+            self.stdout.write(line)
+
+    def _write_throughput(self, finished: Throughput) -> None:
+        minutes = len(finished.minutes)
+        succeeded, failed = sum(finished.succeeded), sum(finished.failed)
+        self.stdout.write(f"Throughput (last {minutes} min)")
+        self.stdout.write(
+            f"{finished.total} finished: {succeeded} succeeded, {failed} failed (dead or cancelled); "
+            f"{finished.total / minutes:.2f} jobs/min"
+        )
+
+    def _write_workers(self, registered: list[WorkerStatus], now: datetime) -> None:
+        self.stdout.write("Workers")
+        if not registered:
+            self.stdout.write("No workers registered.")
+            return
+        rows = [
+            [
+                w.name,
+                w.host,
+                w.pid,
+                ",".join(w.queues),
+                f"{human_age(now - w.heartbeat_at)} ago",
+                ", ".join(map(str, w.running_job_ids)) or "-",
+            ]
+            for w in registered
+        ]
+        headers = ["name", "host", "pid", "queues", "last heartbeat", "running jobs"]
+        for line in format_table(headers, rows, right=[2, 4]):
+            self.stdout.write(line)
