@@ -157,6 +157,7 @@ class Job(models.Model):
                 condition=models.Q(concurrency_key__isnull=True, concurrency_limit__isnull=True)
                 | models.Q(
                     concurrency_key__isnull=False,
+                    concurrency_limit__isnull=False,  # NULL >= 1 is unknown, which a CHECK lets through
                     concurrency_limit__gte=conf.MIN_CONCURRENCY_LIMIT,
                     concurrency_limit__lte=conf.MAX_CONCURRENCY_LIMIT,
                 ),

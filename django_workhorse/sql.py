@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 from typing import Any, cast
 
 import psycopg
-from django.db import IntegrityError, connections, transaction
+from django.db import IntegrityError, OperationalError, connections, transaction
 from django.db.backends.utils import CursorWrapper
 from psycopg import sql as pgsql
 
@@ -251,7 +251,12 @@ WHERE id IN (
 # line: two workers that pick the same free slot at once cannot both commit (the second gets a
 # unique violation and claims again). A key whose slots are all taken is skipped in the scan, so
 # its queued jobs never block the jobs behind them. Jobs leave the index by leaving 'running'.
-CLAIM = """
+# A claim considers a key only while it holds that key's transaction-level advisory lock (tried,
+# never waited for): two claims never take slots of one key at once, so they cannot deadlock on the
+# slot index; what is left is a claim whose snapshot predates another's commit, which the index
+# refuses at once.
+CONCURRENCY_LOCK_CLASS = 0x776F726B  # "work": the first half of two-int advisory lock ids
+CLAIM = f"""
 WITH candidates AS (
     SELECT ready.id, ready.priority, ready.run_at, ready.concurrency_key, ready.concurrency_limit
     FROM unnest(%(queues)s::text[]) AS wanted(queue),
@@ -259,7 +264,8 @@ WITH candidates AS (
         SELECT id, priority, run_at, concurrency_key, concurrency_limit FROM workhorse_job AS job
         WHERE status = 'queued' AND queue = wanted.queue AND run_at <= clock_timestamp()
           AND CASE WHEN concurrency_key IS NULL THEN true
-                   ELSE (SELECT count(*) FROM workhorse_job AS running
+                   ELSE pg_try_advisory_xact_lock({CONCURRENCY_LOCK_CLASS}, hashtext(concurrency_key))
+                        AND (SELECT count(*) FROM workhorse_job AS running
                          WHERE running.status = 'running' AND running.concurrency_key = job.concurrency_key)
                         < job.concurrency_limit END
         ORDER BY priority DESC, run_at, id
@@ -450,10 +456,11 @@ lineage AS (
 jobs AS (
     INSERT INTO workhorse_job (
         id, job_type, queue, payload, status, priority, run_at, attempt, max_attempts,
-        retry_policy, deadline, timeout, concurrency_key, tags, created_at, last_error, root_id)
+        retry_policy, deadline, timeout, concurrency_key, concurrency_limit, tags, created_at, last_error, root_id)
     SELECT lineage.new_job_id, source.job_type, source.queue, source.payload, 'queued', source.priority,
            drawn.now, 0, source.max_attempts, source.retry_policy, NULL, source.timeout,
-           source.concurrency_key, source.tags, drawn.now, '', coalesce(source.root_id, source.id)
+           source.concurrency_key, source.concurrency_limit, source.tags, drawn.now, '',
+           coalesce(source.root_id, source.id)
     FROM lineage, source, drawn
     RETURNING id, queue, created_at
 ),
@@ -655,8 +662,11 @@ class ClaimedJob:
     root_id: int  # the first job of a redrive lineage (the job itself when never redriven)
 
 
-# Two workers that pick the same free concurrency slot at once: the second claims again.
+# Two workers that pick the same free concurrency slot at once: the second claims again. Two claims
+# that take slots can also deadlock on the slot index (each inserts its entries in its own row
+# order, and waits for the other's uncommitted ones); PostgreSQL aborts one, which claims again too.
 CLAIM_ATTEMPTS = 5
+DEADLOCK_DETECTED = "40P01"
 
 
 def claim(alias: str, *, queues: Sequence[str], limit: int, lease: timedelta, worker: str) -> list[ClaimedJob]:
@@ -679,6 +689,10 @@ def _claim(alias: str, statement: str, params: dict[str, Any], *, savepoint: boo
                 rows = _execute(alias, statement, params)
         except IntegrityError as exc:
             if constraint_name(exc) != JOB_CONCURRENCY_SLOT_UNIQ:
+                raise
+            continue
+        except OperationalError as exc:
+            if getattr(exc.__cause__, "sqlstate", None) != DEADLOCK_DETECTED:
                 raise
             continue
         return [

@@ -51,7 +51,19 @@ def make_binding(**fields: Any) -> IdempotencyBinding:
         pytest.param({"max_attempts": 101}, models.JOB_MAX_ATTEMPTS_CHECK, id="max-attempts-101"),
         pytest.param({"attempt": -1}, models.JOB_ATTEMPT_CHECK, id="attempt-minus-1"),
         pytest.param({"tags": [f"t{i:02}" for i in range(21)]}, models.JOB_TAGS_CHECK, id="tags-21"),
-        pytest.param({"concurrency_key": BYTES_257}, models.JOB_CONCURRENCY_KEY_CHECK, id="concurrency-key-257-bytes"),
+        pytest.param(
+            {"concurrency_key": BYTES_257, "concurrency_limit": 1},
+            models.JOB_CONCURRENCY_KEY_CHECK,
+            id="concurrency-key-257-bytes",
+        ),
+        pytest.param(
+            {"concurrency_key": "k", "concurrency_limit": 0}, models.JOB_CONCURRENCY_LIMIT_CHECK, id="limit-0"
+        ),
+        pytest.param(
+            {"concurrency_key": "k", "concurrency_limit": 1001}, models.JOB_CONCURRENCY_LIMIT_CHECK, id="limit-1001"
+        ),
+        pytest.param({"concurrency_key": "k"}, models.JOB_CONCURRENCY_LIMIT_CHECK, id="key-without-limit"),
+        pytest.param({"concurrency_limit": 2}, models.JOB_CONCURRENCY_LIMIT_CHECK, id="limit-without-key"),
         pytest.param({"queue": ""}, models.JOB_QUEUE_CHECK, id="queue-empty"),
         pytest.param({"job_type": ""}, models.JOB_TYPE_CHECK, id="job-type-empty"),
         pytest.param({"status": "paused"}, models.JOB_STATUS_CHECK, id="status-unknown"),
@@ -70,7 +82,8 @@ def test_job_schema_rejects_value_past_edge(fields, constraint):
         pytest.param({"max_attempts": 1}, id="max-attempts-1"),
         pytest.param({"max_attempts": 100}, id="max-attempts-100"),
         pytest.param({"tags": [f"t{i:02}" for i in range(20)]}, id="tags-20"),
-        pytest.param({"concurrency_key": BYTES_256}, id="concurrency-key-256-bytes"),
+        pytest.param({"concurrency_key": BYTES_256, "concurrency_limit": 1}, id="concurrency-key-256-bytes"),
+        pytest.param({"concurrency_key": "k", "concurrency_limit": 1000}, id="concurrency-limit-1000"),
         pytest.param({"queue": "q", "job_type": "j"}, id="queue-and-job-type-1-char"),
         pytest.param({"status": "cancelled"}, id="status-cancelled"),
     ],

@@ -276,3 +276,82 @@ def keywords_only(*, a: int, b: int = 2, **extra: Any) -> dict[str, Any]:
 def plain_with_context(c: HandlerContext, payload: Any) -> dict[str, Any]:
     CALLS.add(("plain_with_context", c.attempt, payload))
     return {"attempt": c.attempt, "payload": payload}
+
+
+# -- a gate for concurrency-key tests (tests/test_concurrency_keys.py) ------------------------------
+
+
+class Gate:
+    """Where ``tests.gated`` handlers wait, counted per label, until the test lets them out.
+
+    A handler enters (counted in flight; the most ever in flight at once is kept), then waits
+    until the test lets one handler of its label out (``let_out``) or opens the label for good
+    (``open``). A handler nobody lets out within ``payload["timeout"]`` seconds fails its job.
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._in_flight: dict[str, int] = {}
+        self._most: dict[str, int] = {}
+        self._entered: dict[str, int] = {}
+        self._exited: dict[str, int] = {}
+        self._exits: dict[str, int] = {}
+        self._open: set[str] = set()
+
+    def reset(self) -> None:
+        with self._cond:
+            for counts in (self._in_flight, self._most, self._entered, self._exited, self._exits):
+                counts.clear()
+            self._open.clear()
+            self._cond.notify_all()
+
+    def pass_through(self, label: str, timeout: float) -> None:
+        with self._cond:
+            self._in_flight[label] = self._in_flight.get(label, 0) + 1
+            self._most[label] = max(self._most.get(label, 0), self._in_flight[label])
+            self._entered[label] = self._entered.get(label, 0) + 1
+            self._cond.notify_all()
+            let_out = self._cond.wait_for(lambda: label in self._open or self._exits.get(label, 0) > 0, timeout)
+            if let_out and label not in self._open:
+                self._exits[label] -= 1
+            self._in_flight[label] -= 1
+            self._exited[label] = self._exited.get(label, 0) + 1
+            self._cond.notify_all()
+        if not let_out:
+            raise TimeoutError(f"no one let a {label!r} handler out within {timeout} s")
+
+    def let_out(self, label: str, count: int = 1) -> None:
+        with self._cond:
+            self._exits[label] = self._exits.get(label, 0) + count
+            self._cond.notify_all()
+
+    def open(self, label: str) -> None:
+        with self._cond:
+            self._open.add(label)
+            self._cond.notify_all()
+
+    def in_flight(self, label: str) -> int:
+        with self._cond:
+            return self._in_flight.get(label, 0)
+
+    def most_in_flight(self, label: str) -> int:
+        with self._cond:
+            return self._most.get(label, 0)
+
+    def entered(self, label: str) -> int:
+        with self._cond:
+            return self._entered.get(label, 0)
+
+    def exited(self, label: str) -> int:
+        with self._cond:
+            return self._exited.get(label, 0)
+
+
+GATE = Gate()
+
+
+@register("tests.gated")
+def gated(ctx: HandlerContext, payload: dict[str, Any]) -> dict[str, Any]:
+    """Pass through ``GATE`` under ``payload["label"]``; return the job id and the label."""
+    GATE.pass_through(payload["label"], payload.get("timeout", 30.0))
+    return {"job_id": ctx.job_id, "label": payload["label"]}

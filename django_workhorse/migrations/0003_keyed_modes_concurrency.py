@@ -69,6 +69,7 @@ class Migration(migrations.Migration):
                     models.Q(
                         ("concurrency_key__isnull", False),
                         ("concurrency_limit__gte", 1),
+                        ("concurrency_limit__isnull", False),
                         ("concurrency_limit__lte", 1000),
                     ),
                     _connector="OR",
