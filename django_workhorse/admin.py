@@ -37,8 +37,10 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
+from django.utils.decorators import method_decorator
 from django.utils.html import format_html, format_html_join
 from django.utils.text import Truncator
+from django.views.decorators.debug import sensitive_post_parameters
 
 from django_workhorse import stats
 from django_workhorse.cancellation import cancel
@@ -578,6 +580,7 @@ class BindingAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         find = path("find/", self.admin_site.admin_view(self.find_view), name="workhorse_binding_find")
         return [find, *super().get_urls()]
 
+    @method_decorator(sensitive_post_parameters("key"))  # kept out of error reports too
     def find_view(self, request: HttpRequest) -> HttpResponse:
         """Look a raw key up by its hash; the key is neither stored nor shown again."""
         if not self.has_view_permission(request):

@@ -130,3 +130,19 @@ def _wait_for_database_clock_past(moment: datetime, deadline: float = 10) -> Non
                 return
             time.sleep(0.001)
     raise AssertionError("the database clock did not pass the expiry in time")
+
+
+def test_purge_deletes_a_queued_job_with_checkpoints_and_a_redrive_lineage():
+    from django_workhorse import redrive
+    from django_workhorse.models import Checkpoint, Redrive
+
+    dead = enqueue("tests.noop", {"n": 1})
+    Job.objects.filter(pk=dead).update(status="dead")
+    copy = redrive(dead, request_id="r1")
+    Checkpoint.objects.create(job_id=copy, name="charge", value={"id": "ch_1"}, attempt=1, created_at=datetime.now(timezone.utc))
+
+    assert purge(job_ids=[copy]) == 1
+
+    assert not Job.objects.filter(pk=copy).exists()
+    assert (Checkpoint.objects.count(), Redrive.objects.count()) == (0, 0)
+    assert Job.objects.get(pk=dead).status == "dead"

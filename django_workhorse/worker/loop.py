@@ -39,6 +39,7 @@ class _Held:
     job: sql.ClaimedJob
     context: HandlerContext
     started_at: float | None = None
+    ended: bool = False  # the handler returned; its outcome is on its way to the database
 
     @property
     def started(self) -> bool:
@@ -219,7 +220,9 @@ class Worker:
     def _execute_forever(self) -> None:
         while (held := self._work.get()) is not None:
             close_old_connections()
-            self._outcomes.put(execute(held.job, held.context, started=held.mark_started))
+            outcome = execute(held.job, held.context, started=held.mark_started)
+            held.ended = True
+            self._outcomes.put(outcome)
         connections.close_all()
 
     def _record_forever(self) -> None:
@@ -295,6 +298,8 @@ class Worker:
             return
         for job in held:
             if job.job.id not in alive:
+                if job.ended:  # its outcome was written meanwhile: finished, not lost
+                    continue
                 logger.warning("Lease lost id=%s; asking its handler to stop", job.job.id)
                 job.context.cancel()
             elif alive[job.job.id]:
