@@ -133,9 +133,7 @@ def workers(*, using: str | None = None) -> list[WorkerStatus]:
     """Return the registered workers with the ids of the jobs each is running."""
     alias = using or router.db_for_read(WorkerRecord)
     running: dict[str, list[int]] = {}
-    for job_id, worker in (
-        _jobs(alias).filter(status=JobStatus.RUNNING).order_by("id").values_list("id", "claimed_by")
-    ):
+    for job_id, worker in _jobs(alias).filter(status=JobStatus.RUNNING).order_by("id").values_list("id", "claimed_by"):
         running.setdefault(worker, []).append(job_id)
     return [
         WorkerStatus(

@@ -494,5 +494,9 @@ def test_a_key_shortcut_is_bounded_by_name_at_512_utf8_bytes(shortcut):
     for too_big_or_empty, size in (("é" * 256 + "x", 513), ("", 0)):
         with pytest.raises(EnqueueValidationError) as info:
             charge.apply_async(args=(2,), **{shortcut: too_big_or_empty})
-        assert (info.value.field, info.value.bound, info.value.value) == (shortcut, "1..512 UTF-8 bytes", f"{size} bytes")
+        assert (info.value.field, info.value.bound, info.value.value) == (
+            shortcut,
+            "1..512 UTF-8 bytes",
+            f"{size} bytes",
+        )
     assert Job.objects.count() == 1

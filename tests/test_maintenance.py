@@ -139,7 +139,9 @@ def test_purge_deletes_a_queued_job_with_checkpoints_and_a_redrive_lineage():
     dead = enqueue("tests.noop", {"n": 1})
     Job.objects.filter(pk=dead).update(status="dead")
     copy = redrive(dead, request_id="r1")
-    Checkpoint.objects.create(job_id=copy, name="charge", value={"id": "ch_1"}, attempt=1, created_at=datetime.now(timezone.utc))
+    Checkpoint.objects.create(
+        job_id=copy, name="charge", value={"id": "ch_1"}, attempt=1, created_at=datetime.now(timezone.utc)
+    )
 
     assert purge(job_ids=[copy]) == 1
 
