@@ -34,7 +34,14 @@ from django_workhorse.types import (
 if TYPE_CHECKING:
     from django_workhorse.cancellation import cancel
     from django_workhorse.dead_letters import redrive
-    from django_workhorse.enqueuing import enqueue, enqueue_many, enqueue_with_result
+    from django_workhorse.enqueuing import (
+        aenqueue,
+        aenqueue_many,
+        aenqueue_with_result,
+        enqueue,
+        enqueue_many,
+        enqueue_with_result,
+    )
     from django_workhorse.maintenance import prune_expired_bindings, purge
     from django_workhorse.registry import register
     from django_workhorse.tasks import Task, task
@@ -49,6 +56,9 @@ except PackageNotFoundError:  # pragma: no cover (running from a source tree)
 # Django's app registry is ready (settings modules import it for the value objects).
 _LAZY = {
     "enqueue": "django_workhorse.enqueuing",
+    "aenqueue": "django_workhorse.enqueuing",
+    "aenqueue_with_result": "django_workhorse.enqueuing",
+    "aenqueue_many": "django_workhorse.enqueuing",
     "enqueue_with_result": "django_workhorse.enqueuing",
     "enqueue_many": "django_workhorse.enqueuing",
     "purge": "django_workhorse.maintenance",
@@ -95,6 +105,9 @@ __all__ = [
     "Unique",
     "WorkhorseError",
     "__version__",
+    "aenqueue",
+    "aenqueue_many",
+    "aenqueue_with_result",
     "cancel",
     "enqueue",
     "enqueue_many",

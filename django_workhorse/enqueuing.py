@@ -7,9 +7,11 @@ outcome. A replay writes nothing, so a conflict raised here leaves the caller's 
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from django.db import router, transaction
 
 from django_workhorse import conf, eager, sql
@@ -246,3 +248,37 @@ def _repeat_of(ordinal: int, request: PreparedJob, first: PreparedJob, first_res
         job_state="started",
     )
     return _replay_or_conflict(request, existing, ordinal)
+
+
+async def aenqueue(
+    job_type: str,
+    payload: Any = None,
+    options: EnqueueOptions | None = None,
+    *,
+    using: str | None = None,
+    **option_kwargs: Any,
+) -> JobId:
+    """Async :func:`enqueue`, for async views: runs it on Django's thread for database work.
+
+    It commits on its own (Django has no async transactions). To enqueue inside a transaction with
+    other writes, call :func:`enqueue` in the same ``sync_to_async`` function as those writes.
+    """
+    return (await aenqueue_with_result(job_type, payload, options, using=using, **option_kwargs)).job_id
+
+
+async def aenqueue_with_result(
+    job_type: str,
+    payload: Any = None,
+    options: EnqueueOptions | None = None,
+    *,
+    using: str | None = None,
+    **option_kwargs: Any,
+) -> EnqueueResult:
+    """Async :func:`enqueue_with_result`; see :func:`aenqueue` for transactions."""
+    call = functools.partial(enqueue_with_result, job_type, payload, options, using=using, **option_kwargs)
+    return await sync_to_async(call, thread_sensitive=True)()
+
+
+async def aenqueue_many(requests: Sequence[EnqueueRequest], *, using: str | None = None) -> list[EnqueueResult]:
+    """Async :func:`enqueue_many`; see :func:`aenqueue` for transactions."""
+    return await sync_to_async(functools.partial(enqueue_many, requests, using=using), thread_sensitive=True)()
