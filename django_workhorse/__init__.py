@@ -34,6 +34,7 @@ from django_workhorse.types import (
 if TYPE_CHECKING:
     from django_workhorse.cancellation import cancel
     from django_workhorse.dead_letters import redrive
+    from django_workhorse.effects import EffectAlreadyDoneError, EffectValidationError, Operation, once, once_block
     from django_workhorse.enqueuing import (
         aenqueue,
         aenqueue_many,
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
         enqueue_many,
         enqueue_with_result,
     )
-    from django_workhorse.maintenance import prune_expired_bindings, purge
+    from django_workhorse.maintenance import prune_expired_bindings, prune_expired_effects, purge
     from django_workhorse.registry import register
     from django_workhorse.tasks import Task, task
     from django_workhorse.worker import HandlerContext
@@ -63,12 +64,18 @@ _LAZY = {
     "enqueue_many": "django_workhorse.enqueuing",
     "purge": "django_workhorse.maintenance",
     "prune_expired_bindings": "django_workhorse.maintenance",
+    "prune_expired_effects": "django_workhorse.maintenance",
     "register": "django_workhorse.registry",
     "cancel": "django_workhorse.cancellation",
     "redrive": "django_workhorse.dead_letters",
     "task": "django_workhorse.tasks",
     "Task": "django_workhorse.tasks",
     "HandlerContext": "django_workhorse.worker",
+    "once": "django_workhorse.effects",
+    "once_block": "django_workhorse.effects",
+    "Operation": "django_workhorse.effects",
+    "EffectValidationError": "django_workhorse.effects",
+    "EffectAlreadyDoneError": "django_workhorse.effects",
 }
 
 
@@ -83,6 +90,8 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "AttemptTimeoutError",
     "Debounce",
+    "EffectAlreadyDoneError",
+    "EffectValidationError",
     "EnqueueIdempotencyConflictError",
     "EnqueueOptions",
     "EnqueueOutcome",
@@ -98,6 +107,7 @@ __all__ = [
     "JobNotDeadError",
     "LeaseLostError",
     "NonReplaceableReason",
+    "Operation",
     "RedriveConflictError",
     "RetryPolicy",
     "Task",
@@ -112,7 +122,10 @@ __all__ = [
     "enqueue",
     "enqueue_many",
     "enqueue_with_result",
+    "once",
+    "once_block",
     "prune_expired_bindings",
+    "prune_expired_effects",
     "purge",
     "redrive",
     "register",

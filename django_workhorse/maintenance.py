@@ -1,4 +1,4 @@
-"""Housekeeping: purge queued jobs, prune expired bindings, finished jobs and stale workers."""
+"""Housekeeping: purge queued jobs, prune expired bindings, effect records, finished jobs and stale workers."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from django.db import router
 from django_workhorse import sql
 from django_workhorse.conf import app_settings
 from django_workhorse.exceptions import WorkhorseError
-from django_workhorse.models import IdempotencyBinding, Job
+from django_workhorse.models import EffectRecord, IdempotencyBinding, Job
 
 logger = logging.getLogger(__name__)
 PRUNE_CHUNK = 5000
@@ -27,6 +27,7 @@ class MaintenanceReport:
     reclaimed_jobs: int = 0
     finished_jobs: int = 0
     stale_workers: int = 0
+    expired_effects: int = 0
 
 
 def purge(*, queue: str | None = None, job_ids: Sequence[int] | None = None, using: str | None = None) -> int:
@@ -46,6 +47,15 @@ def prune_expired_bindings(*, using: str | None = None, chunk: int = PRUNE_CHUNK
     """Delete expired bindings in chunks (each its own statement); return how many were deleted."""
     alias = using or router.db_for_write(IdempotencyBinding)
     return _in_chunks(lambda: sql.prune_expired_bindings(alias, limit=chunk), chunk, "expired bindings")
+
+
+def prune_expired_effects(*, using: str | None = None, chunk: int = PRUNE_CHUNK) -> int:
+    """Delete effect ledger entries past their retention in chunks; return how many were deleted.
+
+    A repeat of a pruned operation runs its effect again, as a repeat of an expired one does.
+    """
+    alias = using or router.db_for_write(EffectRecord)
+    return _in_chunks(lambda: sql.prune_expired_effects(alias, limit=chunk), chunk, "expired effect records")
 
 
 def prune_finished_jobs(
@@ -76,6 +86,7 @@ def run_maintenance(*, using: str | None = None) -> MaintenanceReport:
             reclaimed_jobs=sql.reclaim_expired(alias),
             finished_jobs=prune_finished_jobs(using=alias),
             stale_workers=sql.prune_stale_workers(alias, app_settings.WORKER_STALE_AFTER),
+            expired_effects=prune_expired_effects(using=alias),
         )
 
 

@@ -1,4 +1,4 @@
-"""Jobs, the bindings that give keyed requests their owner, and the job history.
+"""Jobs, the bindings that give keyed requests their owner, the job history and the effect ledger.
 
 Constraint and index names are module constants: ``enqueuing.py`` and ``sql.py`` refer to them, so
 a rename cannot silently break the code that translates their violations.
@@ -37,6 +37,10 @@ BINDING_SCOPE_CHECK = "workhorse_binding_scope_check"
 BINDING_MODE_CHECK = "workhorse_binding_mode_check"
 JOB_CONCURRENCY_SLOT_UNIQ = "workhorse_job_concurrency_slot_uniq"
 JOB_CONCURRENCY_LIMIT_CHECK = "workhorse_job_concurrency_limit_check"
+EFFECT_KEY_UNIQ = "workhorse_effect_scope_key_hash_uniq"
+EFFECT_EXPIRES_IDX = "workhorse_effect_expires_idx"
+EFFECT_KEY_HASH_CHECK = "workhorse_effect_key_hash_check"
+EFFECT_SCOPE_CHECK = "workhorse_effect_scope_check"
 # The identity sequence PostgreSQL creates for workhorse_job.id; enqueue draws ids from it
 # before inserting so that a binding and its job can be written in one statement.
 JOB_ID_SEQUENCE = "workhorse_job_id_seq"
@@ -327,3 +331,51 @@ class WorkerRecord(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class EffectRecord(models.Model):
+    """One operation of the effect ledger (``effects.once``): its scoped key and stored result.
+
+    Written in the same transaction as the effect it records, so both commit or neither does. The
+    unique constraint on ``(scope, key_hash)`` is the only arbiter of racing attempts. As for
+    bindings, the raw key is never stored: only its hash, a bounded preview and a digest.
+    """
+
+    scope = models.CharField(max_length=conf.MAX_SCOPE_BYTES)
+    key_hash = models.BinaryField(max_length=32)
+    key_preview = models.CharField(max_length=16)
+    result = models.JSONField(encoder=DjangoJSONEncoder, null=True, blank=True)
+    created_at = models.DateTimeField(help_text="When the operation was claimed.")
+    completed_at = models.DateTimeField(
+        null=True, blank=True, help_text="When its result was stored (in the same transaction as the claim)."
+    )
+    expires_at = models.DateTimeField(help_text="After this, a repeat runs the effect again; maintenance prunes it.")
+
+    class Meta:
+        db_table = "workhorse_effect"
+        verbose_name = "effect record"
+        constraints = [
+            models.UniqueConstraint(fields=["scope", "key_hash"], name=EFFECT_KEY_UNIQ),
+            models.CheckConstraint(
+                condition=models.lookups.Exact(_octet_length("key_hash"), 32), name=EFFECT_KEY_HASH_CHECK
+            ),
+            models.CheckConstraint(
+                condition=models.Q(
+                    models.lookups.GreaterThanOrEqual(_octet_length("scope"), 1),
+                    models.lookups.LessThanOrEqual(_octet_length("scope"), conf.MAX_SCOPE_BYTES),
+                ),
+                name=EFFECT_SCOPE_CHECK,
+            ),
+        ]
+        indexes = [models.Index(fields=["expires_at"], name=EFFECT_EXPIRES_IDX)]
+
+    def __str__(self) -> str:
+        return f"{self.scope}:{self.key_preview} [{self.key_digest}]"
+
+    @property
+    def key_digest(self) -> str:
+        """The 12-hex digest of the key, for display and search."""
+        return key_digest(bytes(self.key_hash))
+
+    def is_expired(self, now: datetime) -> bool:
+        return self.expires_at <= now

@@ -15,10 +15,10 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
-from django_workhorse import Idempotency, enqueue
+from django_workhorse import Idempotency, enqueue, once
 from django_workhorse import sql as workhorse_sql
 from django_workhorse.management.commands.workhorse_worker import Command as WorkerCommand
-from django_workhorse.models import IdempotencyBinding, Job, JobStatus, WorkerRecord
+from django_workhorse.models import EffectRecord, IdempotencyBinding, Job, JobStatus, WorkerRecord
 from django_workhorse.registry import register
 from tests.conftest import connect_directly
 from tests.factories import JobFactory
@@ -165,6 +165,8 @@ def test_maintenance_reports_what_it_did():
     now = timezone.now()
     enqueue("tests.record", {"n": 1}, idempotency=Idempotency("k", scope="tests"))
     IdempotencyBinding.objects.update(expires_at=now - timedelta(seconds=1))
+    once("effect:k", lambda: {"done": True}, scope="tests")
+    EffectRecord.objects.update(expires_at=now - timedelta(seconds=1))
     JobFactory(
         status=JobStatus.RUNNING, attempt=1, lease_token=uuid.uuid4(), lease_expires_at=now - timedelta(seconds=1)
     )
@@ -186,12 +188,14 @@ def test_maintenance_reports_what_it_did():
         "Reclaimed 1 job(s) with expired leases.\n"
         "Pruned 1 finished job(s).\n"
         "Forgot 1 stale worker(s).\n"
+        "Pruned 1 expired effect record(s).\n"
     )
     assert run_command("workhorse_maintenance") == (
         "Pruned 0 expired binding(s).\n"
         "Reclaimed 0 job(s) with expired leases.\n"
         "Pruned 0 finished job(s).\n"
         "Forgot 0 stale worker(s).\n"
+        "Pruned 0 expired effect record(s).\n"
     )
     assert run_command("workhorse_maintenance", verbosity=0) == ""
 

@@ -81,6 +81,7 @@ def test_maintenance_command_prunes_expired_bindings():
         "Reclaimed 0 job(s) with expired leases.",
         "Pruned 0 finished job(s).",
         "Forgot 0 stale worker(s).",
+        "Pruned 0 expired effect record(s).",
     ]
     assert not IdempotencyBinding.objects.exists()
 

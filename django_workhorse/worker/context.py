@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import threading
 from collections.abc import Callable
 from datetime import datetime
 from typing import TypeVar
 
 from django_workhorse import sql
+from django_workhorse.effects import EffectValidationError
 from django_workhorse.exceptions import AttemptTimeoutError, JobCancelledError, LeaseLostError
 from django_workhorse.fingerprint import canonical_json
 
 T = TypeVar("T")
+MAX_STEP_CHARS = 200
+_VISIBLE_ASCII = re.compile(r"[\x21-\x7e]+")
 logger = logging.getLogger("django_workhorse.handlers")
 
 
@@ -21,8 +25,9 @@ class HandlerContext:
     """Passed to handlers that declare it (a first parameter named ``ctx`` or annotated so).
 
     ``idempotency_key`` is stable for the job: the same on every attempt, fit for a provider's
-    ``Idempotency-Key`` header. ``checkpoint(name, fn)`` runs ``fn`` once per job and stores its
-    JSON result; later attempts get the stored result without running ``fn`` again.
+    ``Idempotency-Key`` header; ``idempotency_headers(step)`` builds that header for one outbound
+    call. ``checkpoint(name, fn)`` runs ``fn`` once per job and stores its JSON result; later
+    attempts get the stored result without running ``fn`` again.
     """
 
     def __init__(self, job: sql.ClaimedJob, *, alias: str, on_heartbeat: Callable[[], None]) -> None:
@@ -55,6 +60,31 @@ class HandlerContext:
         same effect.
         """
         return f"workhorse-job-{self._job.root_id}"
+
+    def idempotency_key_for(self, step: str = "") -> str:
+        """Return the key of one outbound operation of this job: ``<idempotency_key>:<step>``.
+
+        Stable over attempts and redrives, like ``idempotency_key`` (which an empty ``step``
+        returns). Give each distinct call of the job its own step (``"charge"``, ``"refund"``): a
+        provider answers a repeated key with the first call's response. ``step`` is 1..200 visible
+        ASCII characters, so the key is at most 234 characters and fits a header value and the
+        usual 255-character provider limit. Raise ``EffectValidationError`` otherwise.
+        """
+        if step == "":
+            return self.idempotency_key
+        if not _is_step(step):
+            raise EffectValidationError(
+                field="step", bound=f"1..{MAX_STEP_CHARS} visible ASCII characters (no spaces)", value=step
+            )
+        return f"{self.idempotency_key}:{step}"
+
+    def idempotency_headers(self, step: str = "", *, header: str = "Idempotency-Key") -> dict[str, str]:
+        """Return ``{header: idempotency_key_for(step)}`` for an outbound HTTP request.
+
+        Only useful with a provider that documents the header: an API that ignores it gives no
+        protection. See docs/effects.md.
+        """
+        return {header: self.idempotency_key_for(step)}
 
     @property
     def deadline(self) -> datetime | None:
@@ -110,3 +140,7 @@ class HandlerContext:
 
     def __repr__(self) -> str:
         return f"<HandlerContext job={self.job_id} attempt={self.attempt}>"
+
+
+def _is_step(value: object) -> bool:
+    return isinstance(value, str) and len(value) <= MAX_STEP_CHARS and _VISIBLE_ASCII.fullmatch(value) is not None

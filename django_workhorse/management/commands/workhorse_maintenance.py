@@ -29,3 +29,4 @@ class Command(BaseCommand):
         self.stdout.write(f"Reclaimed {report.reclaimed_jobs} job(s) with expired leases.")
         self.stdout.write(f"Pruned {report.finished_jobs} finished job(s).")
         self.stdout.write(f"Forgot {report.stale_workers} stale worker(s).")
+        self.stdout.write(f"Pruned {report.expired_effects} expired effect record(s).")

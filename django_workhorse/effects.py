@@ -1,0 +1,217 @@
+"""The effect ledger: run an effect in your own database at most once per operation key.
+
+``once(key, fn)`` claims the operation in the ledger table (``workhorse_effect``) and runs ``fn``
+in the same transaction, so the claim, the effect and its stored result commit together or not at
+all. The unique constraint on ``(scope, key_hash)`` arbitrates racing attempts: a concurrent
+duplicate waits for the first to commit and then gets its stored result, or for it to roll back
+and then runs the effect itself. Keys are stored hashed, as for enqueue (``fingerprint.key_hash``),
+and an entry is kept for its retention window, after which a repeat runs the effect again.
+
+Only effects written through the same database alias as the ledger are covered; see docs/effects.md.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from typing import Any
+
+from django.db import router, transaction
+
+from django_workhorse import conf, sql
+from django_workhorse.exceptions import WorkhorseError
+from django_workhorse.fingerprint import canonical_json, key_digest, key_hash, key_preview
+from django_workhorse.models import EffectRecord
+from django_workhorse.types import DEFAULT_SCOPE
+
+logger = logging.getLogger(__name__)
+
+# Long enough to cover the defaults: a 24 h enqueue key, a job's ~13 h of retries (25 attempts,
+# exponential back-off capped at 1 h) and a redrive of the dead job within WORKHORSE_JOB_RETENTION
+# (14 days). See docs/effects.md, "The two retention windows".
+DEFAULT_EFFECT_RETENTION = timedelta(days=30)
+MIN_EFFECT_RETENTION = timedelta(milliseconds=1)
+MAX_EFFECT_RETENTION = timedelta(days=365)
+# An entry can change hands between our statements (expired and taken over, pruned); each round
+# reads it again. Needing more than a few rounds means something is badly wrong.
+MAX_ROUNDS = 8
+
+
+class EffectValidationError(WorkhorseError, ValueError):
+    """An argument of the effect ledger is out of its bounds; nothing was written or run."""
+
+    def __init__(self, *, field: str, bound: str, value: Any = None) -> None:
+        self.field = field
+        self.bound = bound
+        self.value = value
+        shown = "" if value is None else f", got {value!r}"
+        super().__init__(f"{field} must be {bound}{shown}")
+
+
+class EffectAlreadyDoneError(WorkhorseError):
+    """A ``once_block`` tried to record a result for an operation that is already done.
+
+    The block ran the effect again instead of checking ``op.done``; raising rolls back what it
+    wrote, and the stored result stays as it was.
+    """
+
+
+class Operation:
+    """One operation of the ledger, as a ``once_block`` sees it.
+
+    ``done`` is True when the effect already ran (committed by an earlier or a concurrent
+    attempt): ``result`` is then its stored result, and the block must not run the effect again.
+    Otherwise this transaction holds the operation: run the effect and set ``result``.
+    """
+
+    def __init__(self, *, scope: str, hashed: bytes, preview: str, done: bool, result_json: str | None) -> None:
+        self.scope = scope
+        self.key_preview = preview
+        self.key_digest = key_digest(hashed)
+        self.done = done
+        self._result_json = "null" if result_json is None else result_json
+        self._result: Any = json.loads(self._result_json)
+
+    @property
+    def result(self) -> Any:
+        """The result in its stored JSON form (a ``Decimal`` reads back as a string), ``None`` if unset."""
+        return self._result
+
+    @result.setter
+    def result(self, value: Any) -> None:
+        if self.done:
+            raise EffectAlreadyDoneError(
+                f"operation {self.key_preview} [{self.key_digest}] in scope {self.scope!r} is already done; "
+                "check op.done and skip the effect"
+            )
+        self._result_json = _result_json(value)
+        self._result = json.loads(self._result_json)
+
+    @property
+    def result_json(self) -> str:
+        """The result as the canonical JSON text that is stored."""
+        return self._result_json
+
+    def __repr__(self) -> str:  # never show the raw key
+        state = "done" if self.done else "claimed"
+        return f"<Operation {self.scope}:{self.key_preview} [{self.key_digest}] {state}>"
+
+
+def once(
+    key: str,
+    fn: Callable[[], Any],
+    *,
+    scope: str = DEFAULT_SCOPE,
+    retention: timedelta = DEFAULT_EFFECT_RETENTION,
+    using: str | None = None,
+) -> Any:
+    """Run ``fn`` unless operation ``key`` (in ``scope``) is already done; return the stored result.
+
+    The claim, ``fn``'s writes and its result (JSON, ``DjangoJSONEncoder``) commit together: inside
+    the caller's transaction as a savepoint, or in a transaction of their own in autocommit mode.
+    Every caller, the first included, gets the result in its stored JSON form. A concurrent
+    duplicate waits for the first attempt's transaction to end. If ``fn`` raises, the exception
+    propagates and nothing is recorded; the caller's transaction stays usable.
+
+    ``fn``'s writes must go through ``using`` (default: the router's choice for the ledger), the
+    ledger's alias; anything else it does (an HTTP call, an email) is not undone by a rollback.
+    Raise ``EffectValidationError`` for a key (1..512 UTF-8 bytes), scope (1..256) or retention
+    (1 ms..365 days) out of bounds, or a result that cannot be stored as JSON.
+    """
+    if not callable(fn):
+        raise EffectValidationError(field="fn", bound="a callable taking no arguments", value=type(fn).__name__)
+    with once_block(key, scope=scope, retention=retention, using=using) as op:
+        if not op.done:
+            op.result = fn()
+        return op.result
+
+
+@contextmanager
+def once_block(
+    key: str,
+    *,
+    scope: str = DEFAULT_SCOPE,
+    retention: timedelta = DEFAULT_EFFECT_RETENTION,
+    using: str | None = None,
+) -> Iterator[Operation]:
+    """The block form of :func:`once`, for an effect that is more than a function call::
+
+        with once_block(f"invoice:{invoice.pk}:capture", scope="billing") as op:
+            if op.done:
+                return op.result
+            ...  # the effect, written through the ledger's database alias
+            op.result = {"capture_id": capture.pk}
+
+    The block runs in a savepoint (or a transaction of its own) holding the operation. When
+    ``op.done`` is False, this transaction holds the operation: the result set on ``op`` (or
+    ``None``) is stored when the block ends. When ``op.done`` is True the block must skip the
+    effect; setting ``op.result`` then raises ``EffectAlreadyDoneError``. An exception leaving the
+    block rolls back the claim and the block's writes, and propagates.
+    """
+    _check(key, scope, retention)
+    alias = using or router.db_for_write(EffectRecord)
+    hashed, preview = key_hash(scope, key), key_preview(key)
+    with transaction.atomic(using=alias):
+        entry = _claim(alias, scope, hashed, preview, retention)
+        op = Operation(
+            scope=scope, hashed=hashed, preview=preview, done=not entry.claimed, result_json=entry.result_json
+        )
+        logger.debug("Effect %s scope=%s key=%s", "claimed" if entry.claimed else "done", scope, op.key_digest)
+        yield op
+        if entry.claimed:
+            sql.store_effect(alias, entry_id=entry.id, result_json=op.result_json, retention=retention)
+
+
+def _claim(alias: str, scope: str, hashed: bytes, preview: str, retention: timedelta) -> sql.EffectEntry:
+    """Return the entry this transaction now holds (``claimed``), or the live entry of a done operation."""
+    for _ in range(MAX_ROUNDS):
+        entry = sql.claim_effect(alias, scope=scope, key_hash=hashed, key_preview=preview, retention=retention)
+        if entry is None:  # committed after the claim's snapshot: read it in a fresh one
+            entry = sql.find_effect(alias, scope=scope, key_hash=hashed)
+        if entry is None:  # pruned meanwhile: claim again
+            continue
+        if entry.claimed:
+            return entry
+        if entry.live:
+            if entry.result_json is None:
+                # Another transaction's claim is never visible before its result is stored; this
+                # transaction's own claim is, when once() is nested with the same key.
+                raise WorkhorseError(
+                    f"operation {preview} [{key_digest(hashed)}] in scope {scope!r} is in flight in this very "
+                    "transaction: once() was nested with its own key"
+                )
+            return entry
+        if sql.take_over_effect(alias, seen_id=entry.id, key_preview=preview, retention=retention):
+            return sql.EffectEntry(claimed=True, id=entry.id, result_json=None, live=True)
+    raise WorkhorseError(f"the effect ledger did not settle after {MAX_ROUNDS} rounds; the entry keeps changing hands")
+
+
+def _check(key: Any, scope: Any, retention: Any) -> None:
+    _text(key, "key", conf.MAX_KEY_BYTES)
+    _text(scope, "scope", conf.MAX_SCOPE_BYTES)
+    if not isinstance(retention, timedelta) or not MIN_EFFECT_RETENTION <= retention <= MAX_EFFECT_RETENTION:
+        raise EffectValidationError(field="retention", bound="a timedelta in 1 ms..365 days", value=retention)
+
+
+def _text(value: Any, field: str, max_bytes: int) -> None:
+    # The value itself is never echoed: keys may be sensitive.
+    if not isinstance(value, str):
+        raise EffectValidationError(field=field, bound="a string", value=type(value).__name__)
+    try:
+        size = len(value.encode())
+    except UnicodeEncodeError:
+        raise EffectValidationError(field=field, bound="valid Unicode text (no lone surrogates)") from None
+    if not 1 <= size <= max_bytes:
+        raise EffectValidationError(field=field, bound=f"1..{max_bytes} UTF-8 bytes", value=f"{size} bytes")
+
+
+def _result_json(value: Any) -> str:
+    try:
+        return canonical_json(value)
+    except (TypeError, ValueError) as exc:
+        raise EffectValidationError(
+            field="result", bound="JSON-serializable with DjangoJSONEncoder (no NaN or infinity)"
+        ) from exc
