@@ -43,7 +43,7 @@ WSGI_APPLICATION = "example_project.wsgi.application"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [BASE_DIR / "example_project" / "templates"],
+        "DIRS": [],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
@@ -64,3 +64,16 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "static/"
+
+# The worker's console shows what the shop's jobs do (charges, reindexes, digests).
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "{asctime} {levelname} {name}: {message}", "style": "{"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "loggers": {
+        "example_project": {"handlers": ["console"], "level": "INFO"},
+        # The level follows workhorse_worker's --verbosity (INFO by default).
+        "django_workhorse": {"handlers": ["console"]},
+    },
+}

@@ -1,15 +1,11 @@
-"""URLs of the demo project."""
+"""URLs of the demo project: the shop and the admin."""
 
 from __future__ import annotations
 
 from django.contrib import admin
-from django.urls import path
-
-from example_project import views
+from django.urls import include, path
 
 urlpatterns = [
-    path("", views.home, name="home"),
-    path("orders/", views.place_order, name="place-order"),
-    path("orders/<int:order_id>/", views.order_detail, name="order-detail"),
+    path("", include("example_project.shop.urls")),
     path("admin/", admin.site.urls),
 ]

@@ -22,6 +22,9 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django_workhorse",
+    # The example shop, for tests/test_example_shop.py (its tables and job handlers; its URLs are
+    # only used by that module, through @pytest.mark.urls).
+    "example_project.shop",
 ]
 MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",

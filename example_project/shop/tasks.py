@@ -1,18 +1,119 @@
-"""Jobs of the demo shop, run by ``manage.py workhorse_worker``."""
+"""Jobs of the demo shop, run by ``manage.py workhorse_worker`` (``make run`` starts one).
+
+Every handler reads the current rows by id rather than trusting the payload, and makes its own
+writes safe to repeat: a job runs at least once, and can run again after a crash.
+"""
 
 from __future__ import annotations
 
 import logging
+import os
+import threading
+import time
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
 
 from django_workhorse import HandlerContext, register
+from example_project.shop.models import Digest, Invoice, Product, WebhookDelivery
+from example_project.shop.payments import provider
 
 logger = logging.getLogger(__name__)
+
+# How long a capture with ``simulate="hold"`` pauses after the charge, on its first attempt.
+HOLD_SECONDS = 60.0
 
 
 @register("shop.send_confirmation")
 def send_confirmation(ctx: HandlerContext, payload: dict[str, int]) -> dict[str, int]:
-    """Pretend to email the order confirmation; the provider would get ``ctx.idempotency_key``."""
-    logger.warning(
-        "Sending the confirmation of order %s (Idempotency-Key %s)", payload["order_id"], ctx.idempotency_key
-    )
+    """Pretend to email the order confirmation; a mail API would get ``ctx.idempotency_key``."""
+    logger.info("Sending the confirmation of order %s (Idempotency-Key %s)", payload["order_id"], ctx.idempotency_key)
     return {"order_id": payload["order_id"]}
+
+
+@register("shop.handle_webhook")
+def handle_webhook(ctx: HandlerContext, payload: dict[str, str]) -> dict[str, str]:
+    """Process a stored webhook delivery (here: just mark it processed)."""
+    delivery = WebhookDelivery.objects.get(delivery_id=payload["delivery_id"])
+    logger.info("Handling webhook delivery %s (%s)", delivery.delivery_id, delivery.event_type or "no type")
+    WebhookDelivery.objects.filter(pk=delivery.pk, processed_at=None).update(processed_at=timezone.now())
+    return {"delivery_id": delivery.delivery_id}
+
+
+@register("shop.capture_invoice")
+def capture_invoice(ctx: HandlerContext, payload: dict[str, Any]) -> dict[str, Any]:
+    """Charge the invoice at the payment provider, then mark it paid.
+
+    The provider gets an idempotency key that is the same on every attempt of this job, so an
+    attempt that runs again after a crash gets the first charge back instead of a second one.
+
+    ``payload["simulate"]`` (demo only) stages the lost acknowledgement, on the first attempt:
+    ``"fail"`` raises after the charge (the job is retried), ``"hold"`` pauses after the charge
+    for ``HOLD_SECONDS`` so that the worker can be killed there (``kill -9``).
+    """
+    invoice = Invoice.objects.get(pk=payload["invoice_id"])
+    charge = provider.charge(
+        invoice.amount_cents,
+        idempotency_key=f"{ctx.idempotency_key}:charge",
+        reference=invoice.provider_reference,
+    )
+    logger.info(
+        "Invoice %s: charge %s (%s) on attempt %s",
+        invoice.pk,
+        charge.charge_id,
+        "replayed by the provider" if charge.replayed else "new",
+        ctx.attempt,
+    )
+    simulate = payload.get("simulate", "")
+    if ctx.attempt == 1 and simulate == "fail":
+        raise RuntimeError("simulated crash after the provider charged the card")
+    if ctx.attempt == 1 and simulate == "hold":
+        _hold_after_charge(ctx, invoice)
+    with transaction.atomic():
+        # Conditional, so a repeated run changes nothing once the invoice is paid.
+        Invoice.objects.filter(pk=invoice.pk, status=Invoice.Status.OPEN).update(
+            status=Invoice.Status.PAID, charge_id=charge.charge_id, paid_at=timezone.now()
+        )
+        Invoice.objects.filter(pk=invoice.pk).update(holding_pid=None)
+    return {"charge_id": charge.charge_id, "provider_replayed": charge.replayed}
+
+
+def _hold_after_charge(ctx: HandlerContext, invoice: Invoice) -> None:
+    """Tell the world (through the invoice row) that this process holds after the charge; wait."""
+    Invoice.objects.filter(pk=invoice.pk).update(holding_pid=os.getpid())
+    logger.warning(
+        "Invoice %s is charged; holding for %s s. Kill this worker now to lose the acknowledgement: kill -9 %s",
+        invoice.pk,
+        HOLD_SECONDS,
+        os.getpid(),
+    )
+    deadline = time.monotonic() + HOLD_SECONDS
+    tick = threading.Event()
+    while time.monotonic() < deadline:
+        ctx.raise_if_cancelled()  # the worker is stopping: leave the job to the next attempt
+        tick.wait(0.1)
+
+
+@register("shop.update_search_index")
+def update_search_index(payload: dict[str, int]) -> dict[str, Any]:
+    """Copy the product's *current* description into the (pretend) search index."""
+    product = Product.objects.get(pk=payload["product_id"])
+    Product.objects.filter(pk=product.pk).update(indexed_description=product.description, indexed_at=timezone.now())
+    logger.info("Reindexed product %s", product.pk)
+    return {"product_id": product.pk, "indexed_chars": len(product.description)}
+
+
+@register("shop.send_digest")
+def send_digest(ctx: HandlerContext, payload: dict[str, str]) -> dict[str, str]:
+    """Pretend to email a digest; the row is unique per job, so a repeated run records it once."""
+    Digest.objects.get_or_create(job_id=ctx.job_id, defaults={"recipient": payload["user"]})
+    logger.info("Sent a digest to %s", payload["user"])
+    return {"user": payload["user"]}
+
+
+@register("shop.refund_order")
+def refund_order(ctx: HandlerContext, payload: dict[str, int]) -> dict[str, int]:
+    """Pretend to refund an order (the conflict demo only needs the job to exist)."""
+    logger.info("Refunding %s cents on order %s", payload["amount_cents"], payload["order_id"])
+    return payload
