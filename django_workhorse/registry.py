@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -13,6 +14,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 CONTEXT_NAMES = frozenset({"ctx", "context"})
 
 _handlers: dict[str, Handler] = {}
+# Asked, in order, for a job type nothing registered: the django.tasks backend resolves module paths.
+_resolvers: list[Callable[[str], Handler | None]] = []
+_task_backends_imported = False
 
 
 @dataclass(frozen=True)
@@ -53,12 +57,42 @@ def add_handler(handler: Handler) -> None:
     _handlers[handler.job_type] = handler
 
 
+def add_resolver(resolver: Callable[[str], Handler | None]) -> None:
+    """Let ``resolver`` supply the handler of a job type that has none registered (once; it is then kept)."""
+    if resolver not in _resolvers:
+        _resolvers.append(resolver)
+
+
 def get_handler(job_type: str) -> Handler:
     """Return the handler of ``job_type``. Raise ``HandlerNotRegisteredError`` if there is none."""
-    try:
-        return _handlers[job_type]
-    except KeyError:
-        raise HandlerNotRegisteredError(job_type) from None
+    handler = _handlers.get(job_type)
+    if handler is not None:
+        return handler
+    _import_task_backends()
+    for resolver in _resolvers:
+        handler = resolver(job_type)
+        if handler is not None:
+            add_handler(handler)
+            return handler
+    raise HandlerNotRegisteredError(job_type)
+
+
+def _import_task_backends() -> None:
+    """Import the backends of ``settings.TASKS`` once, so that a worker that never built one still
+    gets the resolvers they add (``django_workhorse.backends`` adds the django.tasks one)."""
+    global _task_backends_imported
+    if _task_backends_imported:
+        return
+    _task_backends_imported = True
+    from django.conf import settings
+    from django.utils.module_loading import import_string
+
+    configured = getattr(settings, "TASKS", None)
+    for params in configured.values() if isinstance(configured, dict) else ():
+        backend = params.get("BACKEND") if isinstance(params, dict) else None
+        if isinstance(backend, str):
+            with contextlib.suppress(ImportError):  # a broken path is Django's to report
+                import_string(backend)
 
 
 def declares_context(func: Callable[..., Any]) -> bool:

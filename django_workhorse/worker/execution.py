@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from django_workhorse import sql
-from django_workhorse.exceptions import JobCancelledError, LeaseLostError
+from django_workhorse.exceptions import AttemptTimeoutError, JobCancelledError, LeaseLostError
 from django_workhorse.fingerprint import canonical_json
 from django_workhorse.registry import get_handler
 from django_workhorse.retry import RetryPolicy
@@ -51,7 +51,8 @@ def execute(job: sql.ClaimedJob, context: HandlerContext, started: Callable[[], 
     except BaseException as exc:  # the handler's failure (even sys.exit()) is the job's, not the worker's
         return _failure(job, _describe(exc), exception=exc)
     if job.timeout is not None and time.monotonic() - began > job.timeout.total_seconds():
-        return _failure(job, f"TimeoutError: the attempt ran longer than its timeout of {job.timeout}")
+        error = f"TimeoutError: the attempt ran longer than its timeout of {job.timeout}"
+        return _failure(job, error, exception_class=_class_path(AttemptTimeoutError))
     return Outcome(job, "succeeded", result_json=result_json, events=(("succeeded", {}),))
 
 
@@ -71,10 +72,21 @@ def record(alias: str, outcomes: Sequence[Outcome]) -> list[str]:
 
 
 def _failure(
-    job: sql.ClaimedJob, error: str, *, final: bool = False, exception: BaseException | None = None
+    job: sql.ClaimedJob,
+    error: str,
+    *,
+    final: bool = False,
+    exception: BaseException | None = None,
+    exception_class: str | None = None,
 ) -> Outcome:
     retry_at = None if final else _retry_at(job)
-    failed = ("failed", {"error": error[:500]})
+    details = {"error": error[:500]}
+    # The dotted path of what was raised, for the django.tasks backend's TaskError.
+    if exception is not None:
+        exception_class = exception_class or _class_path(type(exception))
+    if exception_class is not None:
+        details["exception_class"] = exception_class
+    failed = ("failed", details)
     if retry_at is None:
         return Outcome(job, "dead", error=error, events=(failed, ("dead", {})), exception=exception)
     retry = ("retry_scheduled", {"run_at": retry_at.isoformat()})
@@ -89,6 +101,10 @@ def _retry_at(job: sql.ClaimedJob) -> datetime | None:
     if job.deadline is not None and retry_at > job.deadline:
         return None
     return retry_at
+
+
+def _class_path(cls: type[BaseException]) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def _describe(exc: BaseException) -> str:

@@ -1,0 +1,204 @@
+"""``WorkhorseTask``: the ``Task`` of the django.tasks backend, carrying workhorse's enqueue options.
+
+``WorkhorseBackend.task_class`` is this class, so ``@django.tasks.task(...)`` builds one, and from
+Django 6.1 (or the ``django-tasks`` 0.12 backport) the decorator's extra keyword arguments arrive
+here: ``@task(idempotent=True)``, ``@task(unique=...)``, ``@task(max_attempts=3)``. ``using()``
+takes the same options per call, and keeps them when it copies the task.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from django_workhorse.backends._framework import InvalidTask, Task, normalize_json
+from django_workhorse.fingerprint import derived_key
+from django_workhorse.retry import RetryPolicy
+from django_workhorse.types import Debounce, EnqueueOptions, Idempotency, Throttle, Unique
+from django_workhorse.validation import MODE_OPTIONS
+
+if TYPE_CHECKING:
+    _TaskBase = Task[..., Any]
+else:  # Django's runtime Task is not generic (the backport's is); both subclass the same way.
+    _TaskBase = Task
+
+# The options a WorkhorseTask adds to Django's, besides the keyed modes.
+EXTRA_OPTIONS = (
+    "concurrency_key",
+    "concurrency_limit",
+    "max_attempts",
+    "retry_policy",
+    "timeout",
+    "tags",
+    "deadline",
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkhorseTask(_TaskBase):
+    """A django.tasks ``Task`` with workhorse's keyed modes and job options.
+
+    Keyed modes (at most one per task): ``idempotent=True`` derives a ``unique`` key from the task's
+    module path and its bound arguments, exactly as ``django_workhorse.task(idempotent=True)`` does;
+    ``idempotency``, ``unique``, ``debounce`` and ``throttle`` take a mode value (``Unique("k")``) or
+    a callable that receives the call's arguments and returns one, or ``None`` for no key.
+    ``concurrency_key`` likewise takes a string or a callable. The other options are those of
+    ``EnqueueOptions``; ``None`` keeps the backend's default.
+    """
+
+    idempotent: bool = False
+    idempotency: Idempotency | Callable[..., Idempotency | None] | None = None
+    unique: Unique | Callable[..., Unique | None] | None = None
+    debounce: Debounce | Callable[..., Debounce | None] | None = None
+    throttle: Throttle | Callable[..., Throttle | None] | None = None
+    concurrency_key: str | Callable[..., str | None] | None = None
+    concurrency_limit: int | None = None
+    max_attempts: int | None = None
+    retry_policy: RetryPolicy | None = None
+    timeout: timedelta | None = None
+    tags: tuple[str, ...] = ()
+    deadline: datetime | None = None
+
+    def __post_init__(self) -> None:
+        Task.__post_init__(self)  # the backend's validate_task (zero-argument super() fails in slots classes)
+        if self.has_workhorse_options():
+            from django_workhorse.backends.backend import WorkhorseBackend
+
+            backend = self.get_backend()
+            if not isinstance(backend, WorkhorseBackend):
+                raise InvalidTask(
+                    f"Backend {self.backend!r} ({type(backend).__name__}) cannot honour workhorse options "
+                    f"({', '.join(self.workhorse_option_names())}); use a WorkhorseBackend."
+                )
+
+    def using(
+        self,
+        *,
+        priority: int | None = None,
+        queue_name: str | None = None,
+        run_after: datetime | None = None,
+        backend: str | None = None,
+        idempotent: bool | None = None,
+        idempotency: Idempotency | Callable[..., Idempotency | None] | None = None,
+        unique: Unique | Callable[..., Unique | None] | None = None,
+        debounce: Debounce | Callable[..., Debounce | None] | None = None,
+        throttle: Throttle | Callable[..., Throttle | None] | None = None,
+        concurrency_key: str | Callable[..., str | None] | None = None,
+        concurrency_limit: int | None = None,
+        max_attempts: int | None = None,
+        retry_policy: RetryPolicy | None = None,
+        timeout: timedelta | None = None,
+        tags: Iterable[str] | None = None,
+        deadline: datetime | None = None,
+    ) -> WorkhorseTask:
+        """Return a copy with these options changed (``None`` leaves one as it is), keeping all the others.
+
+        A keyed mode given here (or ``idempotent=True``) replaces the task's keyed mode;
+        ``idempotent=False`` turns the derived key off.
+        """
+        given: dict[str, Any] = {
+            "priority": priority,
+            "queue_name": queue_name,
+            "run_after": run_after,
+            "backend": backend,
+            "concurrency_key": concurrency_key,
+            "concurrency_limit": concurrency_limit,
+            "max_attempts": max_attempts,
+            "retry_policy": retry_policy,
+            "timeout": timeout,
+            "tags": None if tags is None else tuple(tags),
+            "deadline": deadline,
+        }
+        changes = {name: value for name, value in given.items() if value is not None}
+        modes = {"idempotency": idempotency, "unique": unique, "debounce": debounce, "throttle": throttle}
+        chosen = {name: value for name, value in modes.items() if value is not None}
+        if chosen or idempotent:
+            changes.update(dict.fromkeys(modes), idempotent=bool(idempotent), **chosen)
+        elif idempotent is False:
+            changes["idempotent"] = False
+        return replace(self, **changes)
+
+    def derived_key(self, *args: Any, **kwargs: Any) -> str:
+        """Return the key ``idempotent=True`` derives for this call (docs/django-tasks.md gives the recipe)."""
+        args_list, kwargs_dict = _normalized(args, kwargs)
+        return derived_key(self.module_path, _bound_arguments(self, args_list, kwargs_dict))
+
+    def keyed_mode_names(self) -> list[str]:
+        """Return the keyed modes this task sets: ``"idempotent"`` and/or names of ``MODE_OPTIONS``."""
+        names = ["idempotent"] if self.idempotent else []
+        return names + [name for name in MODE_OPTIONS if getattr(self, name) is not None]
+
+    def workhorse_option_names(self) -> list[str]:
+        """Return the workhorse options this task sets (keyed modes first)."""
+        return self.keyed_mode_names() + [name for name in EXTRA_OPTIONS if getattr(self, name) not in (None, ())]
+
+    def has_workhorse_options(self) -> bool:
+        """Return whether this task sets any option that only a WorkhorseBackend honours."""
+        return bool(self.workhorse_option_names())
+
+
+def build_request(
+    task: Task[..., Any], args: list[Any], kwargs: dict[str, Any], defaults: Mapping[str, Any]
+) -> tuple[dict[str, Any], EnqueueOptions]:
+    """Return the payload and options that enqueue ``task(*args, **kwargs)`` (already JSON-normalized).
+
+    A keyed call stores its arguments canonically (bound to the signature, defaults applied), so
+    ``f(1)`` and ``f(x=1)`` are the same request under the same key. Raise ``TypeError`` if a keyed
+    call does not fit the signature.
+    """
+    options: dict[str, Any] = {
+        **defaults,
+        "queue": task.queue_name,
+        "priority": int(task.priority),
+        "run_at": task.run_after,
+    }
+    payload: dict[str, Any] = {"args": args, "kwargs": kwargs}
+    if not isinstance(task, WorkhorseTask):
+        return payload, EnqueueOptions(**options)
+    for name in ("concurrency_limit", "max_attempts", "retry_policy", "timeout", "deadline"):
+        if getattr(task, name) is not None:
+            options[name] = getattr(task, name)
+    if task.tags:
+        options["tags"] = task.tags
+    key = task.concurrency_key
+    options["concurrency_key"] = key(*args, **kwargs) if callable(key) else key
+    mode = _keyed_mode(task, args, kwargs)
+    if mode is not None:
+        bound = _bind(task, args, kwargs)
+        payload = {"args": normalize_json(list(bound.args)), "kwargs": normalize_json(dict(bound.kwargs))}
+        options[mode[0]] = mode[1]
+    return payload, EnqueueOptions(**options)
+
+
+def _keyed_mode(task: WorkhorseTask, args: list[Any], kwargs: dict[str, Any]) -> tuple[str, Any] | None:
+    if task.idempotent:
+        return "unique", Unique(derived_key(task.module_path, _bound_arguments(task, args, kwargs)))
+    for name in MODE_OPTIONS:
+        spec = getattr(task, name)
+        value = spec(*args, **kwargs) if callable(spec) else spec
+        if value is not None:
+            return name, value
+    return None
+
+
+def _bind(task: Task[..., Any], args: list[Any], kwargs: dict[str, Any]) -> inspect.BoundArguments:
+    signature = inspect.signature(task.func)
+    if task.takes_context:  # the TaskContext is the worker's to pass, not the caller's
+        signature = signature.replace(parameters=list(signature.parameters.values())[1:])
+    bound = signature.bind(*args, **kwargs)
+    bound.apply_defaults()
+    return bound
+
+
+def _bound_arguments(task: Task[..., Any], args: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+    arguments: dict[str, Any] = normalize_json(dict(_bind(task, args, kwargs).arguments))  # type: ignore[assignment]
+    return arguments
+
+
+def _normalized(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
+    normalized_args: list[Any] = normalize_json(list(args))  # type: ignore[assignment]
+    normalized_kwargs: dict[str, Any] = normalize_json(kwargs)  # type: ignore[assignment]
+    return normalized_args, normalized_kwargs
