@@ -99,7 +99,7 @@ def digest_prefix_filter(term: str, *, of_jobs: bool = False) -> Q | None:
 
 
 def live_binding_q(now: Any) -> Q:
-    """Bindings that still own their key (the ORM twin of ``_FREE`` in sql.py, negated)."""
+    """Bindings that still own their key (the ORM twin of ``_FREE`` in sql/keys.py, negated)."""
     terminal = Q(job__status__in=TERMINAL_STATUSES)
     return (
         Q(mode__in=[KeyMode.IDEMPOTENCY, KeyMode.THROTTLE], expires_at__gt=now)

@@ -499,7 +499,7 @@ class Attempts:
         self.statements = 0
         self.collisions = 0
         self.deadlocks = 0
-        execute = workhorse_sql._execute
+        execute = workhorse_sql.claims._execute
 
         def counting(alias: str, statement: str, params: dict[str, Any]) -> Any:
             if statement not in (workhorse_sql.CLAIM, workhorse_sql.CLAIM_JOB):
@@ -516,7 +516,7 @@ class Attempts:
                     self.deadlocks += 1
                 raise
 
-        monkeypatch.setattr(workhorse_sql, "_execute", counting)
+        monkeypatch.setattr(workhorse_sql.claims, "_execute", counting)
 
 
 class InThread:

@@ -1,4 +1,4 @@
-"""Raw SQL lives in django_workhorse/sql.py and nowhere else in the package (STYLE P9)."""
+"""Raw SQL lives in the django_workhorse.sql package and nowhere else in the package (STYLE P9)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pytest
 import django_workhorse
 
 PACKAGE = Path(django_workhorse.__file__).resolve().parent
-SQL_MODULE = PACKAGE / "sql.py"
-# Calls that send SQL text (or open the cursor that would): only sql.py may make them.
+SQL_PACKAGE = PACKAGE / "sql"
+# Calls that send SQL text (or open the cursor that would): only the sql package may make them.
 RAW_SQL_METHODS = {"execute", "executemany", "raw", "extra", "cursor"}
 RAW_SQL_NAMES = {"RawSQL"}
 SQL_STATEMENT = re.compile(
@@ -26,7 +26,7 @@ def _python_files() -> list[Path]:
     return sorted(
         path
         for path in PACKAGE.rglob("*.py")
-        if path != SQL_MODULE and "migrations" not in path.relative_to(PACKAGE).parts
+        if SQL_PACKAGE not in path.parents and "migrations" not in path.relative_to(PACKAGE).parts
     )
 
 
@@ -71,7 +71,7 @@ def raw_sql_uses(source: str) -> list[str]:
     return found
 
 
-def test_package_has_no_raw_sql_outside_sql_module():
+def test_package_has_no_raw_sql_outside_the_sql_package():
     offenders = {
         str(path.relative_to(PACKAGE)): uses for path in _python_files() if (uses := raw_sql_uses(path.read_text()))
     }
@@ -81,13 +81,14 @@ def test_package_has_no_raw_sql_outside_sql_module():
 def test_scan_covers_package_modules_recursively():
     names = {str(path.relative_to(PACKAGE)) for path in _python_files()}
     assert {"enqueuing.py", "maintenance.py", "models.py", "management/commands/workhorse_maintenance.py"} <= names
-    assert not names & {"sql.py", "migrations/0001_initial.py"}
+    assert not names & {"sql/__init__.py", "sql/claims.py", "migrations/0001_initial.py"}
 
 
-def test_scan_finds_the_statements_of_sql_module():
-    uses = raw_sql_uses(SQL_MODULE.read_text())
-    assert any(".execute(" in use for use in uses)
-    assert any("INSERT INTO" in use for use in uses)
+def test_scan_finds_the_statements_of_the_sql_package():
+    uses = {path.name: raw_sql_uses(path.read_text()) for path in SQL_PACKAGE.glob("*.py")}
+    assert any(".execute(" in use for use in uses["_connection.py"])
+    assert any("INSERT INTO" in use for use in uses["enqueue.py"])
+    assert any("FOR UPDATE" in use for use in uses["claims.py"])
 
 
 @pytest.mark.parametrize(

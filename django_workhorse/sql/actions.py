@@ -1,0 +1,152 @@
+"""Operator actions on jobs and keys: redrive, cancel, run now, release."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from django_workhorse.models import JOB_ID_SEQUENCE
+from django_workhorse.sql._connection import _execute
+
+# redrive: copy a dead job into a new queued job (clearing its deadline, not copying checkpoints)
+# and record the lineage, once per (source job, request id): ON CONFLICT DO NOTHING on
+# workhorse_redrive_source_request_uniq. Returns the new job, or the redrive already recorded.
+REDRIVE = f"""
+WITH source AS (
+    SELECT * FROM workhorse_job WHERE id = %(source_id)s AND status = 'dead'
+),
+drawn AS (SELECT nextval('{JOB_ID_SEQUENCE}') AS job_id, statement_timestamp() AS now),
+lineage AS (
+    INSERT INTO workhorse_redrive (source_id, request_id, new_job_id, requested_by, reason, created_at)
+    SELECT source.id, %(request_id)s, drawn.job_id, %(requested_by)s, %(reason)s, drawn.now FROM source, drawn
+    ON CONFLICT (source_id, request_id) DO NOTHING
+    RETURNING new_job_id
+),
+jobs AS (
+    INSERT INTO workhorse_job (
+        id, job_type, queue, payload, status, priority, run_at, attempt, max_attempts,
+        retry_policy, deadline, timeout, concurrency_key, concurrency_limit, tags, created_at, last_error, root_id)
+    SELECT lineage.new_job_id, source.job_type, source.queue, source.payload, 'queued', source.priority,
+           drawn.now, 0, source.max_attempts, source.retry_policy, NULL, source.timeout,
+           source.concurrency_key, source.concurrency_limit, source.tags, drawn.now, '',
+           coalesce(source.root_id, source.id)
+    FROM lineage, source, drawn
+    RETURNING id, queue, created_at
+),
+events AS (
+    INSERT INTO workhorse_job_event (job_id, kind, attempt, at, details)
+    SELECT id, 'enqueued', 0, created_at, jsonb_build_object('redriven_from', %(source_id)s::bigint) FROM jobs
+    UNION ALL
+    SELECT source.id, 'redriven', source.attempt, jobs.created_at,
+           jsonb_build_object('new_job', jobs.id, 'requested_by', %(requested_by)s::text)
+    FROM jobs, source
+),
+notified AS (SELECT pg_notify(%(channel)s, queue) FROM jobs)
+SELECT true, jobs.id, NULL::text, NULL::text FROM jobs CROSS JOIN (SELECT count(*) FROM notified) AS n
+UNION ALL
+SELECT false, redrive.new_job_id, redrive.requested_by, redrive.reason
+FROM workhorse_redrive AS redrive
+WHERE redrive.source_id = %(source_id)s AND redrive.request_id = %(request_id)s
+  AND NOT EXISTS (SELECT 1 FROM lineage)
+"""
+
+
+# find_redrive: a recorded redrive by (source, request id), via workhorse_redrive_source_request_uniq.
+FIND_REDRIVE = """
+SELECT false, new_job_id, requested_by, reason FROM workhorse_redrive
+WHERE source_id = %(source_id)s AND request_id = %(request_id)s
+"""
+
+
+# cancel: stop a job. A queued job is cancelled at once; a running one is asked to stop (its
+# handler sees ctx.cancelled at the next heartbeat). Returns the job's status before, if it exists.
+CANCEL = """
+WITH target AS (
+    SELECT id, status FROM workhorse_job WHERE id = %(job_id)s FOR UPDATE
+),
+cancelled AS (
+    UPDATE workhorse_job AS job
+    SET status = CASE WHEN target.status = 'queued' THEN 'cancelled' ELSE job.status END,
+        finished_at = CASE WHEN target.status = 'queued' THEN clock_timestamp() ELSE job.finished_at END,
+        cancel_requested = target.status = 'running'
+    FROM target
+    WHERE job.id = target.id AND target.status IN ('queued', 'running')
+    RETURNING job.id, job.attempt, target.status AS was
+),
+events AS (
+    INSERT INTO workhorse_job_event (job_id, kind, attempt, at, details)
+    SELECT id, CASE WHEN was = 'queued' THEN 'cancelled' ELSE 'cancel_requested' END, attempt,
+           clock_timestamp(), jsonb_build_object('requested_by', %(requested_by)s::text)
+    FROM cancelled
+)
+SELECT status FROM target
+"""
+
+
+def redrive(
+    alias: str, *, source_id: int, request_id: str, requested_by: str, reason: str, channel: str
+) -> tuple[bool, int, str, str] | None:
+    """Run REDRIVE; return (created, new job id, stored requested_by, stored reason), or None."""
+    params = {
+        "source_id": source_id, "request_id": request_id, "requested_by": requested_by, "reason": reason,
+        "channel": channel,
+    }  # fmt: skip
+    rows = _execute(alias, REDRIVE, params)
+    return tuple(rows[0]) if rows else None
+
+
+def find_redrive(alias: str, *, source_id: int, request_id: str) -> tuple[bool, int, str, str] | None:
+    """Read a recorded redrive in a fresh snapshot (one committed after REDRIVE's snapshot)."""
+    rows = _execute(alias, FIND_REDRIVE, {"source_id": source_id, "request_id": request_id})
+    return tuple(rows[0]) if rows else None
+
+
+def cancel(alias: str, job_id: int, requested_by: str) -> str | None:
+    """Run CANCEL; return the job's status before it, or None if there is no such job."""
+    rows = _execute(alias, CANCEL, {"job_id": job_id, "requested_by": requested_by})
+    return rows[0][0] if rows else None
+
+
+# run_now: make scheduled queued jobs due now (an operator's "run now"), record who asked, and
+# wake the workers of their queues at commit.
+RUN_NOW = """
+WITH moved AS (
+    UPDATE workhorse_job SET run_at = clock_timestamp()
+    WHERE id = ANY(%(job_ids)s::bigint[]) AND status = 'queued' AND run_at > clock_timestamp()
+    RETURNING id, attempt, queue
+),
+events AS (
+    INSERT INTO workhorse_job_event (job_id, kind, attempt, at, details)
+    SELECT id, 'run_now', attempt, clock_timestamp(), jsonb_build_object('requested_by', %(requested_by)s::text)
+    FROM moved
+),
+notified AS (SELECT pg_notify(%(channel)s, queue) FROM (SELECT DISTINCT queue FROM moved) AS queues)
+SELECT id FROM moved CROSS JOIN (SELECT count(*) FROM notified) AS n
+"""
+
+
+# release_binding: free a key at once (an operator's "release"), recording who did it on the job
+# the key named. Returns the job ids whose keys were released.
+RELEASE_BINDINGS = """
+WITH released AS (
+    DELETE FROM workhorse_binding WHERE id = ANY(%(binding_ids)s::bigint[])
+    RETURNING job_id, mode, scope, encode(substring(key_hash from 1 for 6), 'hex') AS key_digest
+)
+INSERT INTO workhorse_job_event (job_id, kind, attempt, at, details)
+SELECT released.job_id, 'key_released', job.attempt, clock_timestamp(), jsonb_build_object(
+    'requested_by', %(requested_by)s::text, 'mode', released.mode, 'scope', released.scope,
+    'key_digest', released.key_digest)
+FROM released JOIN workhorse_job AS job ON job.id = released.job_id
+RETURNING job_id
+"""
+
+
+def run_now(alias: str, job_ids: Sequence[int], requested_by: str, channel: str) -> list[int]:
+    """Run RUN_NOW; return the ids of the jobs moved."""
+    params = {"job_ids": list(job_ids), "requested_by": requested_by, "channel": channel}
+    return [row[0] for row in _execute(alias, RUN_NOW, params)]
+
+
+def release_bindings(alias: str, binding_ids: Sequence[int], requested_by: str) -> list[int]:
+    """Run RELEASE_BINDINGS; return the ids of the jobs whose keys were released."""
+    params = {"binding_ids": list(binding_ids), "requested_by": requested_by}
+    return [row[0] for row in _execute(alias, RELEASE_BINDINGS, params)]

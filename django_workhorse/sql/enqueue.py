@@ -1,0 +1,334 @@
+"""Enqueue: insert jobs and bind their keys in one statement, take free keys over, replace
+debounced jobs, and read bindings in a fresh snapshot."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django_workhorse.models import JOB_ID_SEQUENCE
+from django_workhorse.sql._connection import _execute
+from django_workhorse.sql.keys import _BINDING_COLUMNS, _FREE, _JOB_STATE
+from django_workhorse.validation import PreparedJob
+
+# The request columns and their types, in the order the statements unpack them.
+_REQUEST_COLUMNS = (
+    ("ordinal", "int"), ("job_type", "text"), ("queue", "text"), ("payload", "jsonb"),
+    ("priority", "int"), ("run_at", "timestamptz"), ("delay", "interval"), ("tags", "jsonb"),
+    ("max_attempts", "int"), ("retry_policy", "jsonb"), ("deadline", "timestamptz"),
+    ("timeout", "interval"), ("concurrency_key", "text"), ("concurrency_limit", "int"), ("scope", "text"),
+    ("key_hash", "bytea"),
+    ("key_preview", "text"), ("mode", "text"), ("request_digest", "bytea"),
+    ("field_digests", "jsonb"), ("lifetime", "interval"),
+)  # fmt: skip
+_COLUMNS = tuple(name for name, _ in _REQUEST_COLUMNS)
+# Job ids are drawn up front so a binding can name its job in the same statement.
+_DRAWN = f"nextval('{JOB_ID_SEQUENCE}') AS job_id, statement_timestamp() AS now"
+# One request as scalar parameters: planning a one-row statement is cheap.
+_ONE_REQUEST_CTE = "requests AS (SELECT {}, {})".format(
+    ", ".join(f"%({name})s::{kind} AS {name}" for name, kind in _REQUEST_COLUMNS), _DRAWN
+)
+# How a batch row (a JSON array) yields each column: one text parameter carries the whole batch,
+# which costs far less to send than twenty arrays, and payloads arrive as jsonb without a re-parse.
+_FROM_JSON = {
+    "int": "(r->>{i})::int",
+    "text": "r->>{i}",
+    "jsonb": "r->{i}",
+    "timestamptz": "(r->>{i})::timestamptz",
+    "interval": "(r->>{i})::bigint * interval '1 microsecond'",
+    "bytea": "decode(r->>{i}, 'hex')",
+}
+_MANY_REQUESTS_CTE = "requests AS (SELECT {}, {} FROM jsonb_array_elements(%(rows)s::jsonb) AS r)".format(
+    ", ".join(f"{_FROM_JSON[kind].format(i=i)} AS {name}" for i, (name, kind) in enumerate(_REQUEST_COLUMNS)),
+    _DRAWN,
+)
+
+
+def _jobs_ctes(only: str = "") -> str:
+    """Insert the jobs of ``requests`` (filtered by ``only``), their "enqueued" events, and one NOTIFY
+    per queue for work that is ready now (PostgreSQL delivers it at commit, drops it on rollback)."""
+    return f"""
+jobs AS (
+    INSERT INTO workhorse_job (
+        id, job_type, queue, payload, status, priority, run_at, attempt, max_attempts,
+        retry_policy, deadline, timeout, concurrency_key, concurrency_limit, tags, created_at, last_error)
+    SELECT job_id, job_type, queue, payload, 'queued', priority,
+           coalesce(run_at, now + coalesce(delay, interval '0')), 0, max_attempts,
+           retry_policy, deadline, timeout, concurrency_key, concurrency_limit, tags, now, ''
+    FROM requests
+    {only}
+    RETURNING id, queue, run_at, created_at
+),
+events AS (
+    INSERT INTO workhorse_job_event (job_id, kind, attempt, at, details)
+    SELECT id, 'enqueued', 0, created_at, '{{}}'::jsonb FROM jobs
+),
+notified AS (
+    SELECT pg_notify(%(channel)s, queue)
+    FROM (SELECT DISTINCT queue FROM jobs WHERE run_at <= created_at) AS ready
+)"""
+
+
+# The accepted requests; referencing `notified` makes PostgreSQL run it.
+_ACCEPTED = """
+SELECT requests.ordinal, requests.job_id, true, NULL::text, NULL::bytea, NULL::jsonb, NULL::boolean, NULL::text
+FROM requests JOIN jobs ON jobs.id = requests.job_id
+CROSS JOIN (SELECT count(*) FROM notified) AS notifications"""
+
+
+# enqueue_unkeyed: requests without a key only ever insert; skipping the binding CTEs makes the
+# statement noticeably cheaper to run.
+ENQUEUE_ONE_UNKEYED = f"WITH {_ONE_REQUEST_CTE},{_jobs_ctes()}{_ACCEPTED}"
+ENQUEUE_MANY_UNKEYED = f"WITH {_MANY_REQUESTS_CTE},{_jobs_ctes()}{_ACCEPTED}"
+
+
+# enqueue: write bindings (in (scope, key_hash) order, so two batches with overlapping keys take
+# them in the same order and cannot deadlock) and the jobs they own; a key already bound is left
+# alone (ON CONFLICT DO NOTHING on workhorse_binding_scope_key_hash_uniq, which waits for an
+# in-flight owner to commit or roll back). Returns one row per accepted request and one per
+# request whose existing binding this statement's snapshot can see.
+_BIND = """
+bound AS (
+    INSERT INTO workhorse_binding (
+        scope, key_hash, key_preview, mode, request_digest, field_digests, job_id, created_at, expires_at)
+    SELECT scope, key_hash, key_preview, mode, request_digest, field_digests, job_id, now, now + lifetime
+    FROM requests
+    WHERE key_hash IS NOT NULL
+    ORDER BY scope, key_hash
+    ON CONFLICT (scope, key_hash) DO NOTHING
+    RETURNING job_id
+),"""
+_EXISTING = """
+UNION ALL
+SELECT requests.ordinal, {columns}
+FROM requests
+JOIN workhorse_binding AS binding USING (scope, key_hash)
+JOIN workhorse_job AS job ON job.id = binding.job_id
+WHERE requests.job_id NOT IN (SELECT job_id FROM bound)
+""".format(
+    columns=_BINDING_COLUMNS.replace("binding.job_id,", "binding.job_id, false,").format(
+        free=_FREE.format(now="requests.now"), state=_JOB_STATE.format(now="requests.now")
+    )
+)
+_ONLY_UNKEYED_OR_BOUND = "WHERE key_hash IS NULL OR job_id IN (SELECT job_id FROM bound)"
+ENQUEUE_ONE = f"WITH {_ONE_REQUEST_CTE},{_BIND}{_jobs_ctes(_ONLY_UNKEYED_OR_BOUND)}{_ACCEPTED}{_EXISTING}"
+ENQUEUE_MANY = f"WITH {_MANY_REQUESTS_CTE},{_BIND}{_jobs_ctes(_ONLY_UNKEYED_OR_BOUND)}{_ACCEPTED}{_EXISTING}"
+
+
+# take_over: rebind a key that owns nothing any more (see _FREE) to a new job, compare-and-swap
+# on the job it was seen bound to. The row lock of the UPDATE serializes racing takers; PostgreSQL
+# re-checks the locked row, so a taker that lost the race (the key now names the winner's job,
+# which is live) gets no row back and starts over. A job never leaves a terminal status, so
+# "terminal when seen" stays true.
+TAKE_OVER = f"""
+WITH {_ONE_REQUEST_CTE},
+bound AS (
+    UPDATE workhorse_binding AS binding
+    SET key_preview = requests.key_preview, mode = requests.mode,
+        request_digest = requests.request_digest, field_digests = requests.field_digests,
+        previous_request_digest = NULL, job_id = requests.job_id, created_at = requests.now,
+        expires_at = requests.now + requests.lifetime
+    FROM requests, workhorse_job AS job
+    WHERE binding.scope = requests.scope AND binding.key_hash = requests.key_hash
+      AND binding.job_id = %(seen_job_id)s AND job.id = binding.job_id
+      AND {_FREE.format(now="requests.now")}
+    RETURNING binding.job_id
+),{_jobs_ctes(_ONLY_UNKEYED_OR_BOUND)}{_ACCEPTED}
+"""
+
+
+# replace_debounced: update a pending debounced job's definition in place (same id) and its
+# binding. The job's row lock comes first (as for purge, claims and outcomes) and serializes
+# racing replacers; PostgreSQL re-checks the locked row, so a job claimed meanwhile is left alone
+# and no row comes back. The binding's SET reads the row as the previous replacer left it, so the
+# event's prior digest is exact. Debounced jobs run in the future: no NOTIFY.
+REPLACE_DEBOUNCED = f"""
+WITH {_ONE_REQUEST_CTE},
+replaced AS (
+    UPDATE workhorse_job AS job
+    SET job_type = requests.job_type, queue = requests.queue, payload = requests.payload,
+        priority = requests.priority, tags = requests.tags, max_attempts = requests.max_attempts,
+        retry_policy = requests.retry_policy, deadline = requests.deadline, timeout = requests.timeout,
+        concurrency_key = requests.concurrency_key, concurrency_limit = requests.concurrency_limit,
+        run_at = CASE WHEN %(reset)s THEN requests.now + %(window)s ELSE job.run_at END
+    FROM requests
+    WHERE job.id = %(seen_job_id)s AND job.status = 'queued' AND job.attempt = 0 AND job.run_at > requests.now
+    RETURNING job.id, job.run_at
+),
+rebound AS (
+    UPDATE workhorse_binding AS binding
+    SET previous_request_digest = binding.request_digest, request_digest = requests.request_digest,
+        field_digests = requests.field_digests, key_preview = requests.key_preview,
+        expires_at = replaced.run_at + %(window)s
+    FROM requests, replaced
+    WHERE binding.scope = requests.scope AND binding.key_hash = requests.key_hash
+      AND binding.job_id = replaced.id AND binding.mode = 'debounce'
+    RETURNING binding.job_id, binding.previous_request_digest, binding.request_digest
+),
+events AS (
+    INSERT INTO workhorse_job_event (job_id, kind, attempt, at, details)
+    SELECT rebound.job_id, 'replaced', 0, requests.now, jsonb_build_object(
+        'prior_request_digest', encode(rebound.previous_request_digest, 'hex'),
+        'request_digest', encode(rebound.request_digest, 'hex'), 'run_at', replaced.run_at)
+    FROM rebound, replaced, requests
+)
+SELECT rebound.job_id FROM rebound
+"""
+
+
+# find_bindings: read bindings by key in a fresh snapshot, for keys an ENQUEUE found taken by a
+# transaction that committed after its snapshot. Uses workhorse_binding_scope_key_hash_uniq.
+FIND_BINDINGS = """
+SELECT requests.ordinal, {columns}
+FROM unnest(%(ordinal)s::int[], %(scope)s::text[], %(key_hash)s::bytea[]) AS requests(ordinal, scope, key_hash)
+JOIN workhorse_binding AS binding USING (scope, key_hash)
+JOIN workhorse_job AS job ON job.id = binding.job_id
+""".format(
+    columns=_BINDING_COLUMNS.format(
+        free=_FREE.format(now="statement_timestamp()"), state=_JOB_STATE.format(now="statement_timestamp()")
+    )
+)
+
+
+@dataclass(frozen=True)
+class ExistingBinding:
+    """A binding found in the way of a request."""
+
+    ordinal: int
+    job_id: int
+    mode: str
+    request_digest: bytes
+    field_digests: dict[str, str]
+    free: bool  # it owns nothing any more: the next request takes the key over
+    job_state: str  # 'open', 'due' or 'started' (see _JOB_STATE)
+
+
+@dataclass
+class EnqueueRows:
+    """What ENQUEUE did: accepted ordinals with their job ids, and the bindings it saw."""
+
+    accepted: dict[int, int]
+    existing: dict[int, ExistingBinding]
+
+
+def enqueue_rows(alias: str, rows: Sequence[tuple[int, PreparedJob]], channel: str) -> EnqueueRows:
+    """Run ENQUEUE for ``(ordinal, request)`` pairs."""
+    result = EnqueueRows(accepted={}, existing={})
+    keyed = any(request.binding is not None for _, request in rows)
+    if len(rows) == 1:
+        statement, params = ENQUEUE_ONE if keyed else ENQUEUE_ONE_UNKEYED, _one_request_params(rows[0], channel)
+    else:
+        statement, params = ENQUEUE_MANY if keyed else ENQUEUE_MANY_UNKEYED, _request_params(rows, channel)
+    for row in _execute(alias, statement, params):
+        ordinal, job_id, accepted = row[0], row[1], row[2]
+        if accepted:
+            result.accepted[ordinal] = job_id
+        else:
+            result.existing[ordinal] = _existing(ordinal, (row[1], *row[3:]))
+    return result
+
+
+def take_over(alias: str, ordinal: int, request: PreparedJob, seen_job_id: int, channel: str) -> int | None:
+    """Run TAKE_OVER for one request; return the new job id, or None if the key is no longer free
+    or no longer names ``seen_job_id``."""
+    params = {**_one_request_params((ordinal, request), channel), "seen_job_id": seen_job_id}
+    rows = _execute(alias, TAKE_OVER, params)
+    return rows[0][1] if rows else None
+
+
+def replace_debounced(alias: str, ordinal: int, request: PreparedJob, seen_job_id: int) -> bool:
+    """Run REPLACE_DEBOUNCED; return whether the pending job took the request's definition."""
+    binding = request.binding
+    assert binding is not None and binding.window is not None
+    params = {
+        **_one_request_params((ordinal, request), ""),
+        "seen_job_id": seen_job_id,
+        "reset": binding.reset,
+        "window": binding.window,
+    }
+    return bool(_execute(alias, REPLACE_DEBOUNCED, params))
+
+
+def find_bindings(alias: str, rows: Sequence[tuple[int, PreparedJob]]) -> dict[int, ExistingBinding]:
+    """Run FIND_BINDINGS for keyed ``(ordinal, request)`` pairs."""
+    bindings = [(ordinal, request.binding) for ordinal, request in rows if request.binding is not None]
+    params = {
+        "ordinal": [ordinal for ordinal, _ in bindings],
+        "scope": [binding.scope for _, binding in bindings],
+        "key_hash": [binding.key_hash for _, binding in bindings],
+    }
+    return {row[0]: _existing(row[0], row[1:]) for row in _execute(alias, FIND_BINDINGS, params)}
+
+
+def _request_values(ordinal: int, job: PreparedJob) -> tuple[Any, ...]:
+    """Return one request's values in _REQUEST_COLUMNS order (jsonb columns as JSON text)."""
+    binding = job.binding
+    return (
+        ordinal, job.job_type, job.queue, job.payload_json, job.priority, job.run_at, job.delay,
+        json.dumps(job.tags), job.max_attempts, job.retry_policy_json, job.deadline, job.timeout,
+        job.concurrency_key, job.concurrency_limit, binding and binding.scope, binding and binding.key_hash,
+        binding and binding.key_preview, binding and binding.mode.value, binding and binding.request_digest,
+        binding and json.dumps(binding.field_digests, sort_keys=True), binding and binding.lifetime,
+    )  # fmt: skip
+
+
+def _one_request_params(row: tuple[int, PreparedJob], channel: str) -> dict[str, Any]:
+    return {**dict(zip(_COLUMNS, _request_values(*row), strict=True)), "channel": channel}
+
+
+def _request_params(rows: Sequence[tuple[int, PreparedJob]], channel: str) -> dict[str, Any]:
+    """Encode a batch as one JSON array of arrays, read back by _MANY_REQUESTS_CTE."""
+    return {"rows": "[" + ",".join(_json_row(ordinal, job) for ordinal, job in rows) + "]", "channel": channel}
+
+
+def _json_row(ordinal: int, job: PreparedJob) -> str:
+    """Return one request as a JSON array in _REQUEST_COLUMNS order (hot path: no per-value dispatch)."""
+    quote, binding = _quote, job.binding
+    head = (
+        f"[{ordinal},{quote(job.job_type)},{quote(job.queue)},{job.payload_json},{job.priority},"
+        f"{_json_time(job.run_at)},{_json_micros(job.delay)},[{','.join(map(quote, job.tags))}],"
+        f"{job.max_attempts},{job.retry_policy_json},{_json_time(job.deadline)},{_json_micros(job.timeout)},"
+        f"{'null' if job.concurrency_key is None else quote(job.concurrency_key)},"
+        f"{'null' if job.concurrency_limit is None else job.concurrency_limit},"
+    )
+    if binding is None:
+        return head + "null,null,null,null,null,null,null]"
+    return head + (
+        f'{quote(binding.scope)},"{binding.key_hash.hex()}",{quote(binding.key_preview)},"{binding.mode.value}",'
+        f'"{binding.request_digest.hex()}",{_json_digests(binding.field_digests)},{_json_micros(binding.lifetime)}]'
+    )
+
+
+def _json_digests(digests: dict[str, str]) -> str:
+    # Field names are ours and digests are hex: nothing needs escaping.
+    return "{" + ",".join(f'"{name}":"{digest}"' for name, digest in digests.items()) + "}"
+
+
+# JSON string quoting without json.dumps' per-call set-up (the C function json.dumps itself uses).
+_quote: Callable[[str], str] = json.encoder.encode_basestring
+
+
+def _json_time(value: datetime | None) -> str:
+    return "null" if value is None else f'"{value.isoformat()}"'
+
+
+def _json_micros(value: timedelta | None) -> str:
+    return "null" if value is None else str(value // timedelta(microseconds=1))
+
+
+def _existing(ordinal: int, values: Sequence[Any]) -> ExistingBinding:
+    job_id, mode, digest, field_digests, free, job_state = values
+    if isinstance(field_digests, str):
+        field_digests = json.loads(field_digests)
+    return ExistingBinding(
+        ordinal=ordinal,
+        job_id=job_id,
+        mode=mode,
+        request_digest=bytes(digest),
+        field_digests=field_digests,
+        free=bool(free),
+        job_state=job_state,
+    )

@@ -1,0 +1,146 @@
+"""Housekeeping: purge queued jobs, prune free bindings and finished jobs, the worker registry,
+and the maintenance lock."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+
+from django_workhorse.sql._connection import _execute, _run
+from django_workhorse.sql.keys import _FREE, _TERMINAL
+
+# purge_queued: delete queued jobs of a queue (or by id) with their events, checkpoints and
+# lineage records, and release their bindings at once, in one statement. Running and finished
+# jobs are left alone.
+PURGE_QUEUED = """
+WITH doomed AS (
+    SELECT id FROM workhorse_job
+    WHERE status = 'queued'
+      AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+      AND (%(job_ids)s::bigint[] IS NULL OR id = ANY(%(job_ids)s::bigint[]))
+    FOR UPDATE SKIP LOCKED
+),
+released AS (DELETE FROM workhorse_binding WHERE job_id IN (SELECT id FROM doomed)),
+history AS (DELETE FROM workhorse_job_event WHERE job_id IN (SELECT id FROM doomed)),
+-- A job waiting for a retry may have saved checkpoints; a redriven job has a lineage record.
+checkpoints AS (DELETE FROM workhorse_checkpoint WHERE job_id IN (SELECT id FROM doomed)),
+lineage AS (DELETE FROM workhorse_redrive WHERE new_job_id IN (SELECT id FROM doomed))
+DELETE FROM workhorse_job WHERE id IN (SELECT id FROM doomed)
+"""
+
+
+# prune_expired_bindings: delete up to %(limit)s bindings whose time is up and that own nothing
+# (a debounce key also waits for its job to finish); uses workhorse_binding_expires_idx. Unique
+# keys have no time: they go with their finished job (prune_finished_jobs).
+PRUNE_EXPIRED_BINDINGS = f"""
+DELETE FROM workhorse_binding
+WHERE id IN (
+    SELECT binding.id FROM workhorse_binding AS binding
+    JOIN workhorse_job AS job ON job.id = binding.job_id
+    WHERE binding.expires_at <= statement_timestamp()
+      AND {_FREE.format(now="statement_timestamp()")}
+    LIMIT %(limit)s
+    FOR UPDATE OF binding SKIP LOCKED
+)
+"""
+
+
+# register_worker: record this worker process (a restart under the same name replaces it).
+REGISTER_WORKER = """
+INSERT INTO workhorse_worker (name, host, pid, queues, concurrency, started_at, heartbeat_at)
+VALUES (%(name)s, %(host)s, %(pid)s, %(queues)s::jsonb, %(concurrency)s, clock_timestamp(), clock_timestamp())
+ON CONFLICT (name) DO UPDATE SET heartbeat_at = EXCLUDED.heartbeat_at
+"""
+
+
+# touch_worker: this worker is alive (workhorse_worker_name_uniq).
+TOUCH_WORKER = "UPDATE workhorse_worker SET heartbeat_at = clock_timestamp() WHERE name = %(name)s"
+
+
+# deregister_worker: a clean exit.
+DEREGISTER_WORKER = "DELETE FROM workhorse_worker WHERE name = %(name)s"
+
+
+# prune_stale_workers: forget workers that stopped heartbeating (killed, host lost).
+PRUNE_STALE_WORKERS = "DELETE FROM workhorse_worker WHERE heartbeat_at < clock_timestamp() - %(stale_after)s"
+
+
+# prune_finished_jobs: delete up to %(limit)s jobs that finished before %(before)s and whose
+# bindings own nothing any more (a live key always finds its job), with those bindings, events,
+# checkpoints and redrive records; uses workhorse_job_finished_idx.
+PRUNE_FINISHED_JOBS = f"""
+WITH doomed AS (
+    SELECT id FROM workhorse_job AS job
+    WHERE status IN {_TERMINAL} AND finished_at < %(before)s
+      AND NOT EXISTS (
+          SELECT 1 FROM workhorse_binding AS binding
+          WHERE binding.job_id = job.id AND NOT ({_FREE.format(now="statement_timestamp()")})
+      )
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+),
+released AS (DELETE FROM workhorse_binding WHERE job_id IN (SELECT id FROM doomed)),
+events AS (DELETE FROM workhorse_job_event WHERE job_id IN (SELECT id FROM doomed)),
+checkpoints AS (DELETE FROM workhorse_checkpoint WHERE job_id IN (SELECT id FROM doomed)),
+redrives AS (
+    DELETE FROM workhorse_redrive
+    WHERE source_id IN (SELECT id FROM doomed) OR new_job_id IN (SELECT id FROM doomed)
+)
+DELETE FROM workhorse_job WHERE id IN (SELECT id FROM doomed)
+"""
+
+
+# maintenance lock: one maintenance run at a time across every worker and command (a session
+# advisory lock, released explicitly or when the connection ends).
+TRY_MAINTENANCE_LOCK = "SELECT pg_try_advisory_lock(%(key)s)"
+RELEASE_MAINTENANCE_LOCK = "SELECT pg_advisory_unlock(%(key)s)"
+MAINTENANCE_LOCK_KEY = 0x776F726B686F7273  # "workhors"
+
+
+def register_worker(alias: str, *, name: str, host: str, pid: int, queues: Sequence[str], concurrency: int) -> None:
+    """Run REGISTER_WORKER."""
+    params = {"name": name, "host": host, "pid": pid, "queues": json.dumps(list(queues)), "concurrency": concurrency}
+    _run(alias, REGISTER_WORKER, params)
+
+
+def touch_worker(alias: str, name: str) -> None:
+    """Run TOUCH_WORKER."""
+    _run(alias, TOUCH_WORKER, {"name": name})
+
+
+def deregister_worker(alias: str, name: str) -> None:
+    """Run DEREGISTER_WORKER."""
+    _run(alias, DEREGISTER_WORKER, {"name": name})
+
+
+def prune_stale_workers(alias: str, stale_after: timedelta) -> int:
+    """Run PRUNE_STALE_WORKERS; return how many records were deleted."""
+    return _run(alias, PRUNE_STALE_WORKERS, {"stale_after": stale_after})
+
+
+def prune_finished_jobs(alias: str, *, before: datetime, limit: int) -> int:
+    """Run PRUNE_FINISHED_JOBS once; return how many jobs were deleted."""
+    return _run(alias, PRUNE_FINISHED_JOBS, {"before": before, "limit": limit})
+
+
+@contextmanager
+def maintenance_lock(alias: str) -> Iterator[bool]:
+    """Hold the maintenance advisory lock if no one else does; yield whether it was taken."""
+    taken = bool(_execute(alias, TRY_MAINTENANCE_LOCK, {"key": MAINTENANCE_LOCK_KEY})[0][0])
+    try:
+        yield taken
+    finally:
+        if taken:
+            _execute(alias, RELEASE_MAINTENANCE_LOCK, {"key": MAINTENANCE_LOCK_KEY})
+
+
+def purge_queued(alias: str, *, queue: str | None, job_ids: Sequence[int] | None) -> int:
+    """Run PURGE_QUEUED; return how many jobs were deleted."""
+    return _run(alias, PURGE_QUEUED, {"queue": queue, "job_ids": list(job_ids) if job_ids is not None else None})
+
+
+def prune_expired_bindings(alias: str, *, limit: int) -> int:
+    """Run PRUNE_EXPIRED_BINDINGS once; return how many bindings were deleted."""
+    return _run(alias, PRUNE_EXPIRED_BINDINGS, {"limit": limit})
