@@ -905,7 +905,7 @@ def test_a_worker_without_the_handler_registered_resolves_it(monkeypatch):
 @pytest.mark.django_db(transaction=True)
 def test_a_worker_process_runs_tasks_another_process_enqueued(tmp_path):
     """A fresh process that never imported the backend, with checks skipped, still finds the task."""
-    from tests.test_worker_processes import subprocess_database_url
+    from tests.processes import subprocess_database_url
 
     results = [add.enqueue(1, 41), describe_context.enqueue("process")]
     env = {

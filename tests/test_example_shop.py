@@ -16,10 +16,9 @@ import sys
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
-from urllib.parse import quote
 
 import pytest
-from django.db import connection, transaction
+from django.db import transaction
 from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
@@ -28,6 +27,7 @@ from django_workhorse.models import Job, JobEvent, JobStatus
 from example_project.shop.models import Digest, Invoice, Order, Product, ProviderCharge, WebhookDelivery
 from example_project.shop.payments import FakePaymentProvider, IdempotencyKeyReusedError
 from tests.conftest import race
+from tests.processes import WorkerProcess, subprocess_database_url
 from tests.worker_tasks import run_worker, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.urls("example_project.urls")]
@@ -45,37 +45,6 @@ def make_due(job_id: int) -> None:
 
 
 # -- worker processes ---------------------------------------------------------------------------
-
-
-def subprocess_database_url() -> str:
-    """A DATABASE_URL (as example_project/devdb.py reads it) for the database this test runs against."""
-    settings = connection.settings_dict
-    user = quote(settings["USER"] or "", safe="")
-    password = f":{quote(settings['PASSWORD'], safe='')}" if settings["PASSWORD"] else ""
-    host, port, name = settings["HOST"] or "", settings["PORT"] or "", quote(settings["NAME"], safe="")
-    if host.startswith("/"):
-        # A Unix socket directory (the embedded server): django-environ reads it from the path.
-        return f"postgres://{user}{password}@:{port}/{quote(host, safe='/')}/{name}"
-    return f"postgres://{user}{password}@{host}:{port}/{name}"
-
-
-class WorkerProcess:
-    def __init__(self, popen: subprocess.Popen[bytes], log: Path) -> None:
-        self.popen = popen
-        self.log = log
-
-    @property
-    def pid(self) -> int:
-        return self.popen.pid
-
-    def output(self) -> str:
-        return self.log.read_text()
-
-    def wait(self, timeout: float = 60) -> int:
-        try:
-            return self.popen.wait(timeout)
-        except subprocess.TimeoutExpired:
-            raise AssertionError(f"worker process {self.pid} did not exit in {timeout} s:\n{self.output()}") from None
 
 
 @pytest.fixture

@@ -13,14 +13,13 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from urllib.parse import quote
 
 import pytest
-from django.db import connection
 from django.utils import timezone
 
 from django_workhorse import enqueue
 from django_workhorse.models import Checkpoint, Job, JobEvent, JobStatus, WorkerRecord
+from tests.processes import WorkerProcess, subprocess_database_url
 from tests.worker_tasks import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -29,37 +28,6 @@ ROOT = Path(__file__).resolve().parent.parent
 WORKER_MAIN = ROOT / "tests" / "worker_main.py"
 # Poll fast, and do not LISTEN: these tests are about signals and leases, not wake-ups.
 COMMON = ("--poll-interval", "0.05", "--listen-database", "none")
-
-
-def subprocess_database_url() -> str:
-    """A DATABASE_URL (as tests/settings.py reads it) for the database this test runs against."""
-    settings = connection.settings_dict
-    user = quote(settings["USER"] or "", safe="")
-    password = f":{quote(settings['PASSWORD'], safe='')}" if settings["PASSWORD"] else ""
-    host, port, name = settings["HOST"] or "", settings["PORT"] or "", quote(settings["NAME"], safe="")
-    if host.startswith("/"):
-        # A Unix socket directory (the embedded server): django-environ reads it from the path.
-        return f"postgres://{user}{password}@:{port}/{quote(host, safe='/')}/{name}"
-    return f"postgres://{user}{password}@{host}:{port}/{name}"
-
-
-class WorkerProcess:
-    def __init__(self, popen: subprocess.Popen[bytes], log: Path) -> None:
-        self.popen = popen
-        self.log = log
-
-    @property
-    def pid(self) -> int:
-        return self.popen.pid
-
-    def output(self) -> str:
-        return self.log.read_text()
-
-    def wait(self, timeout: float = 60) -> int:
-        try:
-            return self.popen.wait(timeout)
-        except subprocess.TimeoutExpired:
-            raise AssertionError(f"worker process {self.pid} did not exit in {timeout} s:\n{self.output()}") from None
 
 
 @pytest.fixture

@@ -1,0 +1,42 @@
+"""Worker subprocesses for tests: where to connect, and a handle on the process."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from urllib.parse import quote
+
+from django.db import connection
+
+
+def subprocess_database_url() -> str:
+    """A DATABASE_URL (as the settings read it) for the database this test runs against, for a subprocess."""
+    settings = connection.settings_dict
+    user = quote(settings["USER"] or "", safe="")
+    password = f":{quote(settings['PASSWORD'], safe='')}" if settings["PASSWORD"] else ""
+    host, port, name = settings["HOST"] or "", settings["PORT"] or "", quote(settings["NAME"], safe="")
+    if host.startswith("/"):
+        # A Unix socket directory (the embedded server): django-environ reads it from the path.
+        return f"postgres://{user}{password}@:{port}/{quote(host, safe='/')}/{name}"
+    return f"postgres://{user}{password}@{host}:{port}/{name}"
+
+
+class WorkerProcess:
+    """A worker started as a subprocess, with its output in ``log``."""
+
+    def __init__(self, popen: subprocess.Popen[bytes], log: Path) -> None:
+        self.popen = popen
+        self.log = log
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def output(self) -> str:
+        return self.log.read_text()
+
+    def wait(self, timeout: float = 60) -> int:
+        try:
+            return self.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"worker process {self.pid} did not exit in {timeout} s:\n{self.output()}") from None
