@@ -26,6 +26,7 @@ from django_workhorse.exceptions import WorkhorseError
 from django_workhorse.fingerprint import canonical_json, key_digest, key_hash, key_preview
 from django_workhorse.models import EffectRecord
 from django_workhorse.types import DEFAULT_SCOPE
+from django_workhorse.validation import check_duration, check_key_text
 
 logger = logging.getLogger(__name__)
 
@@ -190,22 +191,9 @@ def _claim(alias: str, scope: str, hashed: bytes, preview: str, retention: timed
 
 
 def _check(key: Any, scope: Any, retention: Any) -> None:
-    _text(key, "key", conf.MAX_KEY_BYTES)
-    _text(scope, "scope", conf.MAX_SCOPE_BYTES)
-    if not isinstance(retention, timedelta) or not MIN_EFFECT_RETENTION <= retention <= MAX_EFFECT_RETENTION:
-        raise EffectValidationError(field="retention", bound="a timedelta in 1 ms..365 days", value=retention)
-
-
-def _text(value: Any, field: str, max_bytes: int) -> None:
-    # The value itself is never echoed: keys may be sensitive.
-    if not isinstance(value, str):
-        raise EffectValidationError(field=field, bound="a string", value=type(value).__name__)
-    try:
-        size = len(value.encode())
-    except UnicodeEncodeError:
-        raise EffectValidationError(field=field, bound="valid Unicode text (no lone surrogates)") from None
-    if not 1 <= size <= max_bytes:
-        raise EffectValidationError(field=field, bound=f"1..{max_bytes} UTF-8 bytes", value=f"{size} bytes")
+    check_key_text(key, "key", conf.MAX_KEY_BYTES, error=EffectValidationError)
+    check_key_text(scope, "scope", conf.MAX_SCOPE_BYTES, error=EffectValidationError)
+    check_duration(retention, "retention", MIN_EFFECT_RETENTION, MAX_EFFECT_RETENTION, error=EffectValidationError)
 
 
 def _result_json(value: Any) -> str:

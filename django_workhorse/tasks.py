@@ -12,7 +12,7 @@ from django_workhorse.fingerprint import derived_key
 from django_workhorse.registry import Handler, add_handler, bind_arguments, declares_context
 from django_workhorse.retry import RetryPolicy
 from django_workhorse.types import EnqueueOptions, EnqueueRequest, EnqueueResult, JobId, Unique
-from django_workhorse.validation import MODE_OPTIONS, resolve_options
+from django_workhorse.validation import MODE_OPTIONS, check_key_text, resolve_options
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -116,13 +116,7 @@ class Task(Generic[P, R]):
             return None
         if explicit:
             raise EnqueueValidationError(field=f"{source}, {explicit[0]}", bound="at most one keyed mode per request")
-        if not isinstance(key, str):  # never echo it: it is a key
-            raise EnqueueValidationError(field=source, bound="a string", value=type(key).__name__)
-        if not 1 <= len(key.encode(errors="surrogatepass")) <= conf.MAX_KEY_BYTES:
-            size = len(key.encode(errors="surrogatepass"))
-            raise EnqueueValidationError(
-                field=source, bound=f"1..{conf.MAX_KEY_BYTES} UTF-8 bytes", value=f"{size} bytes"
-            )
+        check_key_text(key, source, conf.MAX_KEY_BYTES)  # named as the caller spelled it, never echoed
         return key
 
 

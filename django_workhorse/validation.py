@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -272,23 +272,45 @@ def _cached_value_digest(value: Any) -> str:
 _cached_text_digest = functools.lru_cache(maxsize=256)(field_digest)
 
 
+# How a bound is reported: EnqueueValidationError, or another error class with the same keywords.
+BoundError = Callable[..., Exception]
+
+
+def check_key_text(value: Any, field: str, max_bytes: int, *, error: BoundError = EnqueueValidationError) -> None:
+    """Check a key or scope: a string of 1..``max_bytes`` UTF-8 bytes. The value is never echoed."""
+    _text(value, field, max_bytes=max_bytes, secret=True, error=error)
+
+
+def check_duration(
+    value: Any, field: str, low: timedelta, high: timedelta, *, error: BoundError = EnqueueValidationError
+) -> None:
+    """Check a ``timedelta`` within ``low..high``."""
+    _duration(value, field, low, high, error=error)
+
+
 def _text(
-    value: Any, field: str, *, max_chars: int | None = None, max_bytes: int | None = None, secret: bool = False
+    value: Any,
+    field: str,
+    *,
+    max_chars: int | None = None,
+    max_bytes: int | None = None,
+    secret: bool = False,
+    error: BoundError = EnqueueValidationError,
 ) -> None:
     if not isinstance(value, str):
-        raise EnqueueValidationError(field=field, bound="a string", value=type(value).__name__)
-    size = _utf8_size(value, field)
+        raise error(field=field, bound="a string", value=type(value).__name__)
+    size = _utf8_size(value, field, error)
     if max_chars is not None and not 1 <= len(value) <= max_chars:
-        raise EnqueueValidationError(field=field, bound=f"1..{max_chars} characters", value=None if secret else value)
+        raise error(field=field, bound=f"1..{max_chars} characters", value=None if secret else value)
     if max_bytes is not None and not 1 <= size <= max_bytes:
-        raise EnqueueValidationError(field=field, bound=f"1..{max_bytes} UTF-8 bytes", value=f"{size} bytes")
+        raise error(field=field, bound=f"1..{max_bytes} UTF-8 bytes", value=f"{size} bytes")
 
 
-def _utf8_size(value: str, field: str) -> int:
+def _utf8_size(value: str, field: str, error: BoundError = EnqueueValidationError) -> int:
     try:
         return len(value.encode())
     except UnicodeEncodeError:
-        raise EnqueueValidationError(field=field, bound="valid Unicode text (no lone surrogates)") from None
+        raise error(field=field, bound="valid Unicode text (no lone surrogates)") from None
 
 
 def _integer(value: Any, field: str, low: int, high: int) -> None:
@@ -304,9 +326,11 @@ def _aware(value: Any, field: str) -> datetime | None:
     return value
 
 
-def _duration(value: Any, field: str, low: timedelta, high: timedelta) -> None:
+def _duration(
+    value: Any, field: str, low: timedelta, high: timedelta, *, error: BoundError = EnqueueValidationError
+) -> None:
     if not isinstance(value, timedelta) or not low <= value <= high:
-        raise EnqueueValidationError(field=field, bound=f"a timedelta in {_human(low)}..{_human(high)}", value=value)
+        raise error(field=field, bound=f"a timedelta in {_human(low)}..{_human(high)}", value=value)
 
 
 def _tags(tags: Any) -> list[str]:
