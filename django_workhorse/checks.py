@@ -50,7 +50,7 @@ def _positive_durations() -> list[CheckMessage]:
 
 @register
 def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[CheckMessage]:
-    """WORKHORSE_* settings must have the right type and stay within bounds (workhorse.E002-E008)."""
+    """WORKHORSE_* settings must have the right type and stay within bounds (workhorse.E002-E009)."""
     errors: list[CheckMessage] = []
     size = getattr(settings, "WORKHORSE_MAX_PAYLOAD_BYTES", conf.DEFAULT_MAX_PAYLOAD_BYTES)
     if not isinstance(size, int) or isinstance(size, bool) or not 1 <= size <= conf.MAX_PAYLOAD_BYTES_LIMIT:
@@ -58,6 +58,14 @@ def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
             Error(
                 f"WORKHORSE_MAX_PAYLOAD_BYTES must be an integer in 1..{conf.MAX_PAYLOAD_BYTES_LIMIT}, got {size!r}.",
                 id="workhorse.E002",
+            )
+        )
+    result = getattr(settings, "WORKHORSE_MAX_RESULT_BYTES", conf.DEFAULT_MAX_RESULT_BYTES)
+    low, high = conf.MIN_RESULT_BYTES_LIMIT, conf.MAX_RESULT_BYTES_LIMIT
+    if not isinstance(result, int) or isinstance(result, bool) or not low <= result <= high:
+        errors.append(
+            Error(
+                f"WORKHORSE_MAX_RESULT_BYTES must be an integer in {low}..{high}, got {result!r}.", id="workhorse.E009"
             )
         )
     channel = getattr(settings, "WORKHORSE_NOTIFY_CHANNEL", conf.DEFAULT_NOTIFY_CHANNEL)

@@ -6,7 +6,7 @@ at import, so ``override_settings`` works in tests.
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 
 from django.conf import settings as django_settings
 
@@ -32,6 +32,15 @@ DEFAULT_CONCURRENCY_LIMIT = 1
 MAX_BATCH_SIZE = 1000
 DEFAULT_MAX_PAYLOAD_BYTES = 1 * MiB
 MAX_PAYLOAD_BYTES_LIMIT = 16 * MiB
+DEFAULT_MAX_RESULT_BYTES = 1 * MiB
+MIN_RESULT_BYTES_LIMIT, MAX_RESULT_BYTES_LIMIT = 1024, 16 * MiB
+# Stored JSON (payloads, results, checkpoints, effect results) nests at most this deep.
+MAX_JSON_DEPTH = 100
+# Ids are PostgreSQL bigints.
+MAX_ID = 2**63 - 1
+# Stored instants: what Python can read back (PostgreSQL stores more); also CHECKs on the columns.
+MIN_STORED_DATETIME = datetime(1, 1, 1, tzinfo=timezone.utc)
+MAX_STORED_DATETIME = datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=timezone.utc)
 DEFAULT_NOTIFY_CHANNEL = "workhorse"
 DEFAULT_JOB_RETENTION = timedelta(days=14)
 DEFAULT_MAINTENANCE_INTERVAL = timedelta(minutes=1)
@@ -45,6 +54,11 @@ class WorkhorseSettings:
     def MAX_PAYLOAD_BYTES(self) -> int:  # noqa: N802 (mirrors the setting name)
         """Largest serialized payload accepted, in bytes (1 MiB; at most 16 MiB)."""
         return getattr(django_settings, "WORKHORSE_MAX_PAYLOAD_BYTES", DEFAULT_MAX_PAYLOAD_BYTES)
+
+    @property
+    def MAX_RESULT_BYTES(self) -> int:  # noqa: N802
+        """Largest serialized handler result stored, in bytes (1 MiB; 1 KiB..16 MiB); a larger one fails its attempt."""
+        return getattr(django_settings, "WORKHORSE_MAX_RESULT_BYTES", DEFAULT_MAX_RESULT_BYTES)
 
     @property
     def NOTIFY_CHANNEL(self) -> str:  # noqa: N802

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Iterator, Sequence
+import itertools
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -66,18 +67,15 @@ def enqueue_with_result(
     return results[0]
 
 
-def enqueue_many(requests: Sequence[EnqueueRequest], *, using: str | None = None) -> list[EnqueueResult]:
-    """Enqueue up to 1,000 requests in one round trip where possible; results follow input order.
+def enqueue_many(requests: Iterable[EnqueueRequest], *, using: str | None = None) -> list[EnqueueResult]:
+    """Enqueue up to 1,000 requests (any iterable) in one round trip where possible; results follow input order.
 
     Keyed rows are resolved one by one in every mode: a key repeated inside the batch, or one a
     live job owns, maps to that job (replayed, coalesced, replaced). Only a material conflict
     fails the batch: everything rolls back and the error names the offending ordinal (its 0-based
     position in ``requests``).
     """
-    if len(requests) > conf.MAX_BATCH_SIZE:
-        raise EnqueueValidationError(
-            field="requests", bound=f"at most {conf.MAX_BATCH_SIZE} requests", value=f"{len(requests)} requests"
-        )
+    requests = _bounded_list(requests)
     checked: dict[int, CheckedOptions] = {}  # by id() of each distinct options object
     limit = app_settings.MAX_PAYLOAD_BYTES
     prepared = [_prepare_entry(ordinal, entry, checked, limit) for ordinal, entry in enumerate(requests)]
@@ -86,6 +84,18 @@ def enqueue_many(requests: Sequence[EnqueueRequest], *, using: str | None = None
     if eager.is_active():
         eager.run_accepted(alias, results)
     return results
+
+
+def _bounded_list(requests: Any) -> list[Any]:
+    """Take at most one request past the bound from any iterable (a generator is not run to its end)."""
+    if isinstance(requests, (str, bytes, Mapping)) or not isinstance(requests, Iterable):
+        bound = "an iterable of EnqueueRequest values"
+        raise EnqueueValidationError(field="requests", bound=bound, value=type(requests).__name__)
+    taken = list(itertools.islice(requests, conf.MAX_BATCH_SIZE + 1))
+    if len(taken) > conf.MAX_BATCH_SIZE:
+        bound = f"at most {conf.MAX_BATCH_SIZE} requests"
+        raise EnqueueValidationError(field="requests", bound=bound, value=f"{len(taken)}+ requests")
+    return taken
 
 
 def _prepare_entry(ordinal: int, entry: Any, checked: dict[int, CheckedOptions], limit: int) -> PreparedJob:
@@ -279,6 +289,6 @@ async def aenqueue_with_result(
     return await sync_to_async(call, thread_sensitive=True)()
 
 
-async def aenqueue_many(requests: Sequence[EnqueueRequest], *, using: str | None = None) -> list[EnqueueResult]:
+async def aenqueue_many(requests: Iterable[EnqueueRequest], *, using: str | None = None) -> list[EnqueueResult]:
     """Async :func:`enqueue_many`; see :func:`aenqueue` for transactions."""
     return await sync_to_async(functools.partial(enqueue_many, requests, using=using), thread_sensitive=True)()

@@ -12,17 +12,34 @@ class WorkhorseError(Exception):
     """Base class of django-workhorse errors; do not raise directly."""
 
 
-class EnqueueValidationError(WorkhorseError, ValueError):
-    """An enqueue argument is out of its bounds; nothing was written."""
+class InvalidArgumentError(WorkhorseError, ValueError):
+    """An argument is out of its bounds; nothing was written.
 
-    def __init__(self, *, field: str, bound: str, value: Any = None, ordinal: int | None = None) -> None:
+    ``field`` names the argument (``payload["items"][3]`` inside a JSON value), ``bound`` what it
+    must be; ``value`` is what was given, or a description of it (never a key).
+    """
+
+    def __init__(self, *, field: str, bound: str, value: Any = None) -> None:
         self.field = field
         self.bound = bound
         self.value = value
+        super().__init__(self._message())
+
+    def _message(self) -> str:
+        shown = "" if self.value is None else f", got {_short_repr(self.value)}"
+        return f"{self.field} must be {self.bound}{shown}"
+
+
+class EnqueueValidationError(InvalidArgumentError):
+    """An enqueue argument is out of its bounds; nothing was written."""
+
+    def __init__(self, *, field: str, bound: str, value: Any = None, ordinal: int | None = None) -> None:
         self.ordinal = ordinal
-        where = f" (batch ordinal {ordinal})" if ordinal is not None else ""
-        shown = "" if value is None else f", got {_short_repr(value)}"
-        super().__init__(f"{field} must be {bound}{shown}{where}")
+        super().__init__(field=field, bound=bound, value=value)
+
+    def _message(self) -> str:
+        where = f" (batch ordinal {self.ordinal})" if self.ordinal is not None else ""
+        return super()._message() + where
 
     def for_ordinal(self, ordinal: int) -> EnqueueValidationError:
         """Return a copy of this error that names its position in a batch."""
@@ -70,7 +87,10 @@ class JobDoesNotExist(WorkhorseError, ObjectDoesNotExist):  # noqa: N818 (Django
 
 
 def _short_repr(value: Any, limit: int = 80) -> str:
-    text = repr(value)
+    try:
+        text = repr(value)
+    except Exception:  # a value whose repr fails must not hide the error about it
+        text = f"<{type(value).__name__}>"
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 

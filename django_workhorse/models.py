@@ -30,6 +30,8 @@ JOB_TAGS_CHECK = "workhorse_job_tags_check"
 JOB_QUEUE_CHECK = "workhorse_job_queue_check"
 JOB_TYPE_CHECK = "workhorse_job_type_check"
 JOB_CONCURRENCY_KEY_CHECK = "workhorse_job_concurrency_key_check"
+JOB_RUN_AT_CHECK = "workhorse_job_run_at_check"
+JOB_DEADLINE_CHECK = "workhorse_job_deadline_check"
 BINDING_KEY_UNIQ = "workhorse_binding_scope_key_hash_uniq"
 BINDING_EXPIRES_IDX = "workhorse_binding_expires_idx"
 BINDING_KEY_HASH_CHECK = "workhorse_binding_key_hash_check"
@@ -48,6 +50,10 @@ JOB_ID_SEQUENCE = "workhorse_job_id_seq"
 
 def _octet_length(field: str) -> models.Func:
     return models.Func(models.F(field), function="octet_length", output_field=models.IntegerField())
+
+
+def _readable_instant(field: str) -> models.Q:
+    return models.Q(**{f"{field}__gte": conf.MIN_STORED_DATETIME, f"{field}__lte": conf.MAX_STORED_DATETIME})
 
 
 class JobStatus(models.TextChoices):
@@ -193,6 +199,9 @@ class Job(models.Model):
                 ),
                 name=JOB_CONCURRENCY_KEY_CHECK,
             ),
+            # Instants Python can read back (PostgreSQL stores more): UTC years 1..9999.
+            models.CheckConstraint(condition=_readable_instant("run_at"), name=JOB_RUN_AT_CHECK),
+            models.CheckConstraint(condition=_readable_instant("deadline"), name=JOB_DEADLINE_CHECK),
         ]
 
     def __str__(self) -> str:

@@ -6,8 +6,7 @@ Nothing here touches the database: a request that fails here has written nothing
 from __future__ import annotations
 
 import functools
-import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -24,6 +23,7 @@ from django_workhorse.fingerprint import (
     request_digest,
 )
 from django_workhorse.retry import DEFAULT_RETRY_POLICY, RetryPolicy
+from django_workhorse.storable import BoundError, check_datetime, check_json, check_text
 from django_workhorse.types import Debounce, EnqueueOptions, Idempotency, KeyedMode, KeyMode, Throttle, Unique
 
 MODE_OPTIONS: dict[str, type] = {
@@ -35,8 +35,6 @@ MODE_OPTIONS: dict[str, type] = {
 DEBOUNCE_SCHEDULES = ("reset", "preserve")
 _OPTION_NAMES = EnqueueOptions.names()
 _DEFAULT_RETRY_POLICY_JSON = canonical_json(DEFAULT_RETRY_POLICY.to_json())
-# JSON escapes U+0000 as \u0000, which PostgreSQL's jsonb rejects; an escaped backslash before it is fine.
-_NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
 
 @dataclass(frozen=True)
@@ -110,7 +108,7 @@ def check_options(options: EnqueueOptions) -> CheckedOptions:
     Options are immutable, so a batch checks each distinct ``EnqueueOptions`` object once.
     Raise ``EnqueueValidationError`` naming the field and its bound if anything is out of bounds.
     """
-    _text(options.queue, "queue", max_chars=conf.MAX_QUEUE_CHARS)
+    _enqueue_text(options.queue, "queue", max_chars=conf.MAX_QUEUE_CHARS)
     _integer(options.priority, "priority", conf.MIN_PRIORITY, conf.MAX_PRIORITY)
     _integer(options.max_attempts, "max_attempts", conf.MIN_ATTEMPTS, conf.MAX_ATTEMPTS)
     run_at = _aware(options.run_at, "run_at")
@@ -122,7 +120,7 @@ def check_options(options: EnqueueOptions) -> CheckedOptions:
     if options.timeout is not None:
         _duration(options.timeout, "timeout", conf.MIN_TIMEOUT, conf.MAX_TIMEOUT)
     if options.concurrency_key is not None:
-        _text(options.concurrency_key, "concurrency_key", max_bytes=conf.MAX_CONCURRENCY_KEY_BYTES)
+        _enqueue_text(options.concurrency_key, "concurrency_key", max_bytes=conf.MAX_CONCURRENCY_KEY_BYTES)
     if options.concurrency_limit is not None:
         _integer(options.concurrency_limit, "concurrency_limit", conf.MIN_CONCURRENCY_LIMIT, conf.MAX_CONCURRENCY_LIMIT)
         if options.concurrency_key is None:
@@ -152,7 +150,7 @@ def prepare(
     ``checked`` is ``check_options(options)`` when the caller already has it. Raise
     ``EnqueueValidationError`` naming the field and its bound if anything is out of bounds.
     """
-    _text(job_type, "job_type", max_chars=conf.MAX_JOB_TYPE_CHARS)
+    _enqueue_text(job_type, "job_type", max_chars=conf.MAX_JOB_TYPE_CHARS)
     checked = checked or check_options(options)
     payload_json = _payload(payload, max_payload_bytes or app_settings.MAX_PAYLOAD_BYTES)
     limit = _concurrency_limit(options)
@@ -202,8 +200,8 @@ def _bind(
         raise EnqueueValidationError(
             field=name, bound=f"an instance of {MODE_OPTIONS[name].__name__}", value=type(mode).__name__
         )
-    _text(mode.key, f"{name}.key", max_bytes=conf.MAX_KEY_BYTES, secret=True)
-    _text(mode.scope, f"{name}.scope", max_bytes=conf.MAX_SCOPE_BYTES)
+    _enqueue_text(mode.key, f"{name}.key", max_bytes=conf.MAX_KEY_BYTES, secret=True)
+    _enqueue_text(mode.scope, f"{name}.scope", max_bytes=conf.MAX_SCOPE_BYTES)
     lifetime_name = "ttl" if isinstance(mode, Idempotency) else "window"
     lifetime = getattr(mode, lifetime_name, None)
     if lifetime is not None:
@@ -272,13 +270,9 @@ def _cached_value_digest(value: Any) -> str:
 _cached_text_digest = functools.lru_cache(maxsize=256)(field_digest)
 
 
-# How a bound is reported: EnqueueValidationError, or another error class with the same keywords.
-BoundError = Callable[..., Exception]
-
-
 def check_key_text(value: Any, field: str, max_bytes: int, *, error: BoundError = EnqueueValidationError) -> None:
     """Check a key or scope: a string of 1..``max_bytes`` UTF-8 bytes. The value is never echoed."""
-    _text(value, field, max_bytes=max_bytes, secret=True, error=error)
+    check_text(value, field, max_bytes=max_bytes, secret=True, error=error)
 
 
 def check_duration(
@@ -288,29 +282,8 @@ def check_duration(
     _duration(value, field, low, high, error=error)
 
 
-def _text(
-    value: Any,
-    field: str,
-    *,
-    max_chars: int | None = None,
-    max_bytes: int | None = None,
-    secret: bool = False,
-    error: BoundError = EnqueueValidationError,
-) -> None:
-    if not isinstance(value, str):
-        raise error(field=field, bound="a string", value=type(value).__name__)
-    size = _utf8_size(value, field, error)
-    if max_chars is not None and not 1 <= len(value) <= max_chars:
-        raise error(field=field, bound=f"1..{max_chars} characters", value=None if secret else value)
-    if max_bytes is not None and not 1 <= size <= max_bytes:
-        raise error(field=field, bound=f"1..{max_bytes} UTF-8 bytes", value=f"{size} bytes")
-
-
-def _utf8_size(value: str, field: str, error: BoundError = EnqueueValidationError) -> int:
-    try:
-        return len(value.encode())
-    except UnicodeEncodeError:
-        raise error(field=field, bound="valid Unicode text (no lone surrogates)") from None
+def _enqueue_text(value: Any, field: str, **bounds: Any) -> None:
+    check_text(value, field, error=EnqueueValidationError, **bounds)
 
 
 def _integer(value: Any, field: str, low: int, high: int) -> None:
@@ -319,11 +292,7 @@ def _integer(value: Any, field: str, low: int, high: int) -> None:
 
 
 def _aware(value: Any, field: str) -> datetime | None:
-    if value is None:
-        return None
-    if not isinstance(value, datetime) or value.utcoffset() is None:
-        raise EnqueueValidationError(field=field, bound="an aware datetime (with a time zone)", value=value)
-    return value
+    return None if value is None else check_datetime(value, field, error=EnqueueValidationError)
 
 
 def _duration(
@@ -339,7 +308,7 @@ def _tags(tags: Any) -> list[str]:
     if len(tags) > conf.MAX_TAGS:
         raise EnqueueValidationError(field="tags", bound=f"at most {conf.MAX_TAGS} tags", value=f"{len(tags)} tags")
     for tag in tags:
-        _text(tag, "tags", max_chars=conf.MAX_TAG_CHARS)
+        _enqueue_text(tag, "tags", max_chars=conf.MAX_TAG_CHARS)
     if len(set(tags)) != len(tags):
         raise EnqueueValidationError(field="tags", bound="distinct", value=sorted(tags))
     return sorted(tags)
@@ -362,16 +331,7 @@ def _retry_policy_json(policy: Any) -> str:
 
 
 def _payload(payload: Any, limit: int) -> str:
-    try:
-        text = canonical_json(payload)
-    except (TypeError, ValueError) as exc:
-        raise EnqueueValidationError(field="payload", bound="JSON-serializable", value=str(exc)) from exc
-    size = _utf8_size(text, "payload")
-    if size > limit:
-        raise EnqueueValidationError(field="payload", bound=f"at most {limit} bytes serialized", value=f"{size} bytes")
-    if "\\u0000" in text and _NUL_ESCAPE.search(text):
-        raise EnqueueValidationError(field="payload", bound="free of NUL characters (PostgreSQL jsonb rejects them)")
-    return text
+    return check_json(payload, "payload", max_bytes=limit, error=EnqueueValidationError)
 
 
 def _utc(value: datetime | None) -> str | None:

@@ -109,7 +109,7 @@ def test_enqueue_accepts_key_scope_ttl_at_edge(options):
         pytest.param({"idempotency": Idempotency(KEY, ttl=timedelta(0))}, "idempotency.ttl", LIFETIME, id="ttl-0"),
         pytest.param({"idempotency": Idempotency(KEY, ttl=timedelta(microseconds=999))}, "idempotency.ttl", LIFETIME, id="ttl-999us"),
         pytest.param({"idempotency": Idempotency(KEY, ttl=YEAR + MS)}, "idempotency.ttl", LIFETIME, id="ttl-365-days-1ms"),
-        pytest.param({"idempotency": Idempotency(KEY + "\ud800")}, "idempotency.key", "valid Unicode text (no lone surrogates)", id="key-lone-surrogate"),
+        pytest.param({"idempotency": Idempotency(KEY + "\ud800")}, "idempotency.key", "text without NUL characters or lone surrogates", id="key-lone-surrogate"),
     ],
 )  # fmt: skip
 def test_enqueue_rejects_key_scope_ttl_past_edge_without_raw_key(options, field, bound):
@@ -295,7 +295,7 @@ def test_enqueue_rejects_plain_string_mode_without_raw_key():
 @pytest.mark.parametrize(
     ("field", "job_type", "payload", "options"),
     [
-        pytest.param("payload", "tests.noop", {"text": "\ud800"}, {}, id="payload"),
+        pytest.param("payload['text']", "tests.noop", {"text": "\ud800"}, {}, id="payload"),
         pytest.param("job_type", "tests.\ud800", None, {}, id="job-type"),
         pytest.param("queue", "tests.noop", None, {"queue": "q\ud800"}, id="queue"),
         pytest.param("tags", "tests.noop", None, {"tags": ["t\ud800"]}, id="tags"),
@@ -349,15 +349,17 @@ def test_enqueue_rejects_payload_over_raised_limit():
     "payload", [object(), {1, 2}, {"x": float("nan")}, {"at": object()}], ids=["object", "set", "nan", "nested-object"]
 )
 def test_enqueue_rejects_unserializable_payload(payload):
-    reject("payload", "JSON-serializable", lambda: django_workhorse.enqueue("tests.noop", payload))
+    reject("payload", "JSON-serializable (no NaN or infinity)", lambda: django_workhorse.enqueue("tests.noop", payload))
 
 
 @pytest.mark.parametrize(
-    "payload", ["a\x00b", {"k\x00": 1}, ["\\\x00"]], ids=["in-string", "in-key", "after-backslash"]
+    ("payload", "where"),
+    [("a\x00b", "payload"), ({"k\x00": 1}, "payload['k\\x00']"), ([1, "\\\x00"], "payload[1]")],
+    ids=["in-string", "in-key", "after-backslash"],
 )
-def test_enqueue_rejects_payload_with_nul_character(payload):
-    bound = "free of NUL characters (PostgreSQL jsonb rejects them)"
-    reject("payload", bound, lambda: django_workhorse.enqueue("tests.noop", payload))
+def test_enqueue_rejects_payload_with_nul_character_naming_where(payload, where):
+    bound = "text without NUL characters or lone surrogates"
+    reject(where, bound, lambda: django_workhorse.enqueue("tests.noop", payload))
 
 
 def test_enqueue_accepts_payload_with_literal_backslash_u0000_text():

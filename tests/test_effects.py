@@ -339,7 +339,7 @@ def test_no_raw_key_is_stored_anywhere():
         ({"key": "é" * 256 + "a"}, "key", "1..512 UTF-8 bytes"),
         ({"key": ""}, "key", "1..512 UTF-8 bytes"),
         ({"key": 42}, "key", "a string"),
-        ({"key": "\ud800"}, "key", "valid Unicode text (no lone surrogates)"),
+        ({"key": "\ud800"}, "key", "text without NUL characters or lone surrogates"),
         ({"scope": "s" * 257}, "scope", "1..256 UTF-8 bytes"),
         ({"scope": ""}, "scope", "1..256 UTF-8 bytes"),
         ({"retention": timedelta(microseconds=999)}, "retention", "a timedelta in 1 ms..365 days"),
