@@ -34,6 +34,10 @@ DEFAULT_MAX_PAYLOAD_BYTES = 1 * MiB
 MAX_PAYLOAD_BYTES_LIMIT = 16 * MiB
 DEFAULT_MAX_RESULT_BYTES = 1 * MiB
 MIN_RESULT_BYTES_LIMIT, MAX_RESULT_BYTES_LIMIT = 1024, 16 * MiB
+# Operator actions: who asked (recorded in events and redrives) and a redrive's request id.
+MAX_REQUESTED_BY_CHARS = 200
+MAX_REQUEST_ID_CHARS = 200
+MAX_REASON_CHARS = 10_000
 # Stored JSON (payloads, results, checkpoints, effect results) nests at most this deep.
 MAX_JSON_DEPTH = 100
 # Ids are PostgreSQL bigints.

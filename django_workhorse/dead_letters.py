@@ -6,10 +6,12 @@ import logging
 
 from django.db import router
 
-from django_workhorse import sql
+from django_workhorse import conf, sql
 from django_workhorse.conf import app_settings
 from django_workhorse.exceptions import JobDoesNotExist, JobNotDeadError, RedriveConflictError
 from django_workhorse.models import Job
+from django_workhorse.operations import check_requested_by
+from django_workhorse.storable import check_id, check_text
 from django_workhorse.types import JobId
 
 logger = logging.getLogger(__name__)
@@ -24,8 +26,12 @@ def redrive(
     timeout; its deadline is cleared and checkpoints are not copied. The lineage is recorded. A
     repeat with the same ``request_id`` returns the same new job; one with a different
     ``requested_by`` or ``reason`` raises ``RedriveConflictError``. Raise ``JobDoesNotExist`` or
-    ``JobNotDeadError`` when there is no dead job ``job_id``.
+    ``JobNotDeadError`` when there is no dead job ``job_id``, ``InvalidArgumentError`` for a bad argument.
     """
+    check_id(job_id, "job_id")
+    check_text(request_id, "request_id", max_chars=conf.MAX_REQUEST_ID_CHARS)
+    check_requested_by(requested_by)
+    check_text(reason, "reason", max_chars=conf.MAX_REASON_CHARS, allow_empty=True)
     alias = using or router.db_for_write(Job)
     row = sql.redrive(
         alias,

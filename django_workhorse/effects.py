@@ -22,9 +22,11 @@ from typing import Any
 from django.db import router, transaction
 
 from django_workhorse import conf, sql
-from django_workhorse.exceptions import WorkhorseError
-from django_workhorse.fingerprint import canonical_json, key_digest, key_hash, key_preview
+from django_workhorse.conf import app_settings
+from django_workhorse.exceptions import InvalidArgumentError, WorkhorseError
+from django_workhorse.fingerprint import key_digest, key_hash, key_preview
 from django_workhorse.models import EffectRecord
+from django_workhorse.storable import check_json
 from django_workhorse.types import DEFAULT_SCOPE
 from django_workhorse.validation import check_duration, check_key_text
 
@@ -41,15 +43,8 @@ MAX_EFFECT_RETENTION = timedelta(days=365)
 MAX_ROUNDS = 8
 
 
-class EffectValidationError(WorkhorseError, ValueError):
+class EffectValidationError(InvalidArgumentError):
     """An argument of the effect ledger is out of its bounds; nothing was written or run."""
-
-    def __init__(self, *, field: str, bound: str, value: Any = None) -> None:
-        self.field = field
-        self.bound = bound
-        self.value = value
-        shown = "" if value is None else f", got {value!r}"
-        super().__init__(f"{field} must be {bound}{shown}")
 
 
 class EffectAlreadyDoneError(WorkhorseError):
@@ -197,9 +192,4 @@ def _check(key: Any, scope: Any, retention: Any) -> None:
 
 
 def _result_json(value: Any) -> str:
-    try:
-        return canonical_json(value)
-    except (TypeError, ValueError) as exc:
-        raise EffectValidationError(
-            field="result", bound="JSON-serializable with DjangoJSONEncoder (no NaN or infinity)"
-        ) from exc
+    return check_json(value, "result", max_bytes=app_settings.MAX_RESULT_BYTES, error=EffectValidationError)

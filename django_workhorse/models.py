@@ -308,9 +308,9 @@ class Redrive(models.Model):
     """A request to run a dead job again as a new job; one per (source job, request id)."""
 
     source = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="redrives")
-    request_id = models.CharField(max_length=200)
+    request_id = models.CharField(max_length=conf.MAX_REQUEST_ID_CHARS)
     new_job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="redriven_from")
-    requested_by = models.CharField(max_length=200, blank=True)
+    requested_by = models.CharField(max_length=conf.MAX_REQUESTED_BY_CHARS, blank=True)
     reason = models.TextField(blank=True)
     created_at = models.DateTimeField()
 

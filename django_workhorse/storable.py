@@ -55,19 +55,21 @@ def check_text(
     max_chars: int | None = None,
     max_bytes: int | None = None,
     secret: bool = False,
+    allow_empty: bool = False,
     error: BoundError = InvalidArgumentError,
 ) -> str:
-    """Check a non-empty storable string within ``max_chars`` characters or ``max_bytes`` UTF-8 bytes.
+    """Check a storable string of 1 (0 with ``allow_empty``) to ``max_chars`` characters or ``max_bytes`` bytes.
 
     ``secret`` values (keys) are never echoed in the error.
     """
     if not isinstance(value, str):
         raise error(field=field, bound="a string", value=type(value).__name__)
     size = utf8_size(value, field, error=error)
-    if max_chars is not None and not 1 <= len(value) <= max_chars:
-        raise error(field=field, bound=f"1..{max_chars} characters", value=None if secret else value)
-    if max_bytes is not None and not 1 <= size <= max_bytes:
-        raise error(field=field, bound=f"1..{max_bytes} UTF-8 bytes", value=f"{size} bytes")
+    low = 0 if allow_empty else 1
+    if max_chars is not None and not low <= len(value) <= max_chars:
+        raise error(field=field, bound=f"{low}..{max_chars} characters", value=None if secret else value)
+    if max_bytes is not None and not low <= size <= max_bytes:
+        raise error(field=field, bound=f"{low}..{max_bytes} UTF-8 bytes", value=f"{size} bytes")
     return value
 
 

@@ -23,6 +23,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from datetime import datetime, timedelta
+from datetime import timezone as dt_timezone
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -43,6 +44,7 @@ from django_workhorse import (
     Unique,
     enqueue,
 )
+from django_workhorse.conf import MAX_JSON_DEPTH
 from django_workhorse.fingerprint import derived_key
 from django_workhorse.models import Job, JobEvent, JobStatus
 from django_workhorse.registry import Handler, get_handler
@@ -951,3 +953,67 @@ def test_aenqueue_and_aget_result():
 
     asyncio.run(refresh())
     assert result.return_value == 7
+
+
+# -- values PostgreSQL cannot store: InvalidTask before any SQL --------------------------------------
+
+UNSTORABLE_TEXT = {"nul": "a\x00b", "surrogate": "a\udc80b"}
+
+
+@pytest.mark.parametrize("bad", UNSTORABLE_TEXT.values(), ids=UNSTORABLE_TEXT.keys())
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda bad: noop.enqueue(bad),
+        lambda bad: noop.enqueue(key={"nested": [bad]}),
+        lambda bad: noop.using(queue_name=f"q{bad}", backend="open").enqueue(),
+    ],
+    ids=["arg", "kwarg", "queue"],
+)
+def test_unstorable_text_is_invalid_task_and_writes_nothing(call, bad):
+    with transaction.atomic():
+        with pytest.raises(InvalidTask, match="without NUL characters or lone surrogates"):
+            call(bad)
+        assert noop.enqueue("after").status == TaskResultStatus.READY  # the transaction is usable
+    assert Job.objects.count() == 1
+
+
+@pytest.mark.parametrize(
+    "run_after",
+    [
+        datetime(9999, 12, 31, 23, 0, tzinfo=dt_timezone(timedelta(hours=-5))),
+        datetime(1, 1, 1, 4, 0, tzinfo=dt_timezone(timedelta(hours=5))),
+    ],
+    ids=["year-10000", "year-0"],
+)
+def test_run_after_python_cannot_read_back_is_invalid(run_after):
+    with pytest.raises(InvalidTask, match=r"run_at must be an instant in UTC years 1\.\.9999"):
+        noop.using(run_after=run_after).enqueue()
+    assert not Job.objects.exists()
+
+
+def test_the_last_readable_run_after_round_trips():
+    last = datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=dt_timezone.utc)
+    result = noop.using(run_after=last).enqueue()
+    assert result.task.run_after == last
+    assert task_backends["default"].get_result(result.id).status == TaskResultStatus.READY
+
+
+def _nested(depth: int) -> Any:
+    value: Any = 1
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize("depth", [MAX_JSON_DEPTH, 5000], ids=["one-past", "thousands"])
+def test_arguments_nested_past_the_bound_are_invalid_task_not_recursion_error(depth):
+    # The payload is {"args": [arg], ...}: an argument nested 99 deep makes a payload 101 deep.
+    with pytest.raises(InvalidTask, match=f"nested at most {MAX_JSON_DEPTH} deep"):
+        noop.enqueue(_nested(depth - 1))
+    assert not Job.objects.exists()
+
+
+def test_arguments_nested_to_the_bound_round_trip():
+    result = noop.enqueue(_nested(MAX_JSON_DEPTH - 2))
+    assert Job.objects.get(pk=result.id).payload["args"] == [_nested(MAX_JSON_DEPTH - 2)]

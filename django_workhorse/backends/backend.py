@@ -44,6 +44,7 @@ from django_workhorse.backends.task import WorkhorseTask, build_request
 from django_workhorse.exceptions import EnqueueValidationError, WorkhorseError
 from django_workhorse.registry import Handler, add_resolver
 from django_workhorse.retry import RetryPolicy
+from django_workhorse.storable import json_depth
 from django_workhorse.types import EnqueueOptions, EnqueueOutcome, EnqueueResult, JobId
 from django_workhorse.validation import MODE_OPTIONS, check_options
 
@@ -148,6 +149,9 @@ class WorkhorseBackend(BaseTaskBackend):
         from django_workhorse.enqueuing import enqueue_with_result
 
         self.validate_task(task)
+        # Django normalizes the arguments recursively: refuse nesting past the bound before it does.
+        if json_depth([args, kwargs]) > conf.MAX_JSON_DEPTH:  # the depth of the payload {"args", "kwargs"}
+            raise InvalidTask(f"The task's arguments must be JSON nested at most {conf.MAX_JSON_DEPTH} deep.")
         # Built first: it normalizes the arguments to JSON, raising TypeError as Django's backends do.
         result = self._new_result(task, args, kwargs)
         payload, options = build_request(task, result.args, result.kwargs, self.defaults)
