@@ -11,7 +11,7 @@ from django.db import router
 
 from django_workhorse import conf, sql
 from django_workhorse.conf import app_settings
-from django_workhorse.exceptions import WorkhorseError
+from django_workhorse.exceptions import InvalidArgumentError
 from django_workhorse.models import EffectRecord, IdempotencyBinding, Job
 from django_workhorse.storable import check_ids, check_text
 
@@ -35,11 +35,11 @@ def purge(*, queue: str | None = None, job_ids: Sequence[int] | None = None, usi
     """Delete queued jobs of ``queue`` (or the given ids) and release their keys at once.
 
     Running and finished jobs are never purged. Return how many jobs were deleted. Raise
-    ``WorkhorseError`` if neither ``queue`` nor ``job_ids`` is given, so nothing is purged by accident,
-    and ``InvalidArgumentError`` for a bad one (``job_ids`` is a sequence of ints, never a string).
+    ``InvalidArgumentError`` if neither ``queue`` nor ``job_ids`` is given (so nothing is purged by
+    accident) or for a bad one (``job_ids`` is a sequence of ints, never a string).
     """
     if queue is None and job_ids is None:
-        raise WorkhorseError("purge() needs queue= or job_ids=")
+        raise InvalidArgumentError(field="queue, job_ids", bound="given (at least one of them)")
     if queue is not None:
         check_text(queue, "queue", max_chars=conf.MAX_QUEUE_CHARS)
     if job_ids is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -9,9 +10,23 @@ from typing import Any
 import psycopg
 import pytest
 from django.db import connection, connections
+from hypothesis import HealthCheck, settings
 from psycopg import sql
 
 from django_workhorse.conf import app_settings
+
+# Property tests: a short profile by default (CI), a long one to run by hand:
+#   WORKHORSE_HYPOTHESIS_PROFILE=long make test ARGS="tests/test_properties.py"
+# Examples share the test's database transaction (each rolls its own writes back), so the
+# function-scoped-fixture health check does not apply; no deadline, since PostgreSQL does the work.
+_PROPERTY_DEFAULTS: dict[str, Any] = {
+    "deadline": None,
+    "suppress_health_check": [HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    "derandomize": False,
+}
+settings.register_profile("ci", max_examples=60, **_PROPERTY_DEFAULTS)
+settings.register_profile("long", max_examples=3000, **_PROPERTY_DEFAULTS)
+settings.load_profile(os.environ.get("WORKHORSE_HYPOTHESIS_PROFILE", "ci"))
 
 WORKHORSE_TABLES = ("workhorse_job", "workhorse_binding", "workhorse_job_event")
 

@@ -1,0 +1,271 @@
+"""Property tests: any value at any public entry point is either refused or stored faithfully.
+
+For arbitrary text (NUL and lone surrogates included), datetimes over Python's whole range at odd
+offsets, nested JSON, numbers at and past every bound and wrong types, each entry point either
+
+- raises its typed error, with every workhorse table unchanged and the caller's transaction
+  still usable, or
+- succeeds, and what it stored reads back equal to what was given.
+
+Each example runs in a savepoint that is rolled back afterwards, so examples do not see each
+other's rows. Profiles (``ci`` by default, ``long`` by hand) are set in ``tests/conftest.py``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Callable, Iterator
+from datetime import datetime, timedelta, timezone
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from django.db import transaction
+from hypothesis import given
+from hypothesis import strategies as st
+
+import django_workhorse
+from django_workhorse import Debounce, EnqueueRequest, Idempotency, Throttle, Unique, once
+from django_workhorse.cancellation import cancel
+from django_workhorse.conf import MAX_ID, MAX_JSON_DEPTH
+from django_workhorse.dead_letters import redrive
+from django_workhorse.effects import EffectValidationError
+from django_workhorse.exceptions import EnqueueValidationError, InvalidArgumentError, JobDoesNotExist
+from django_workhorse.fingerprint import canonical_json
+from django_workhorse.maintenance import purge
+from django_workhorse.models import Job
+from django_workhorse.operations import release_bindings, run_now
+from tests.conftest import count_rows
+
+pytestmark = pytest.mark.django_db
+
+
+class _RollbackError(Exception):
+    pass
+
+
+@contextlib.contextmanager
+def example_savepoint() -> Iterator[None]:
+    """Run one example in a savepoint and roll it back, whatever the example wrote."""
+    with contextlib.suppress(_RollbackError), transaction.atomic():
+        yield
+        raise _RollbackError
+
+
+def assert_refused_cleanly(error: type[Exception], call: Callable[[], Any]) -> Any:
+    """Run ``call``: return its value, or (when it raises ``error``) assert nothing changed and the transaction works.
+
+    Any other exception fails the property.
+    """
+    before = count_rows()
+    try:
+        return call()
+    except error as exc:
+        assert getattr(exc, "field", "x"), "a typed error names its field"
+        assert count_rows() == before
+        django_workhorse.enqueue("tests.noop", {"after": "refusal"})  # the transaction is usable
+        return exc
+
+
+# -- strategies ------------------------------------------------------------------------------------
+
+# Any code point, surrogates (category Cs) included, with NUL and a lone surrogate over-represented.
+any_char = st.characters(exclude_categories=()) | st.sampled_from(["\x00", "\udc80", "\ud800", "\u2028", "é"])
+any_text = st.text(any_char, max_size=12)
+names = any_text | st.sampled_from(["default", "q", "x" * 100, "x" * 101, "x" * 255, "x" * 256])
+
+odd_offsets = st.builds(
+    timezone, st.timedeltas(min_value=timedelta(hours=-23, minutes=-59), max_value=timedelta(hours=23, minutes=59))
+)
+any_datetime = st.datetimes(min_value=datetime.min, max_value=datetime.max, timezones=odd_offsets | st.none())
+edge_datetime = st.sampled_from(
+    [
+        datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=timezone.utc),
+        datetime(9999, 12, 31, 23, 0, tzinfo=timezone(timedelta(hours=-5))),
+        datetime(1, 1, 1, tzinfo=timezone.utc),
+        datetime(1, 1, 1, 4, 59, tzinfo=timezone(timedelta(hours=5))),
+    ]
+)
+datetimes = any_datetime | edge_datetime
+
+durations = st.timedeltas(min_value=timedelta(days=-2), max_value=timedelta(days=400)) | st.sampled_from(
+    [timedelta(0), timedelta(milliseconds=1), timedelta(days=365), timedelta(days=365, microseconds=1)]
+)
+numbers = st.integers() | st.floats() | st.sampled_from([0, 1, 100, 101, -1, 2**15, 2**63, 10**4400])
+wrong_types = (
+    st.none() | st.binary(max_size=4) | st.booleans() | st.just(object()) | st.lists(st.integers(), max_size=2)
+)
+
+
+def nested(depth: int) -> Any:
+    value: Any = 1
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+json_scalars = st.none() | st.booleans() | st.integers() | st.floats() | any_text
+json_values = st.recursive(
+    json_scalars,
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(any_text, children, max_size=4),
+    max_leaves=20,
+) | st.integers(MAX_JSON_DEPTH - 2, MAX_JSON_DEPTH + 2).map(nested)
+
+
+def key_strategy() -> st.SearchStrategy[Any]:
+    return any_text | st.sampled_from(["k", "x" * 512, "x" * 513]) | wrong_types
+
+
+keyed_modes = st.one_of(
+    st.builds(Idempotency, key_strategy(), scope=names, ttl=durations),
+    st.builds(Unique, key_strategy(), scope=names),
+    st.builds(Debounce, key_strategy(), window=durations, scope=names),
+    st.builds(Throttle, key_strategy(), window=durations, scope=names),
+)
+LIVES_THROUGH_THE_EXAMPLE = timedelta(minutes=1)
+MODE_NAMES = {Idempotency: "idempotency", Unique: "unique", Debounce: "debounce", Throttle: "throttle"}
+
+
+def options_strategy() -> st.SearchStrategy[dict[str, Any]]:
+    optional = {
+        "queue": names | wrong_types,
+        "priority": numbers | wrong_types,
+        "run_at": datetimes | wrong_types,
+        "delay": durations,
+        "tags": st.lists(names, max_size=22) | wrong_types | any_text,
+        "max_attempts": numbers,
+        "deadline": datetimes,
+        "timeout": durations,
+        "concurrency_key": names | wrong_types,
+        "concurrency_limit": numbers,
+    }
+    return st.fixed_dictionaries({}, optional=optional)
+
+
+# -- reading back ----------------------------------------------------------------------------------
+
+
+def as_stored(value: Any) -> Any:
+    """What jsonb gives back for ``value``: its canonical JSON with every number as a Decimal.
+
+    PostgreSQL keeps JSON numbers as numeric, so a float written with an exponent (1e16) comes
+    back as the integer it denotes: equal as a number, not always as a Python float.
+    """
+    return json.loads(canonical_json(value), parse_float=Decimal, parse_int=Decimal)
+
+
+def read_back(value: Any) -> Any:
+    return json.loads(json.dumps(value), parse_float=Decimal, parse_int=Decimal)
+
+
+def utc(value: datetime | None) -> datetime | None:
+    return None if value is None else value.astimezone(timezone.utc)
+
+
+# -- properties ------------------------------------------------------------------------------------
+
+
+@given(job_type=names | wrong_types, payload=json_values, options=options_strategy())
+def test_enqueue_refuses_cleanly_or_stores_faithfully(job_type, payload, options):
+    with example_savepoint():
+        outcome = assert_refused_cleanly(
+            EnqueueValidationError, lambda: django_workhorse.enqueue_with_result(job_type, payload, **options)
+        )
+        if isinstance(outcome, Exception):
+            return
+        job = Job.objects.get(pk=outcome.job_id)
+        assert job.job_type == job_type
+        assert read_back(job.payload) == as_stored(payload)
+        assert job.queue == options.get("queue", "default")
+        assert job.tags == sorted(options.get("tags", ()))
+        assert job.priority == options.get("priority", 0)
+        assert job.concurrency_key == options.get("concurrency_key")
+        if options.get("run_at") is not None:  # None means omitted: now
+            assert job.run_at == utc(options["run_at"])
+        assert job.deadline == utc(options.get("deadline"))
+        assert job.timeout == options.get("timeout")
+
+
+@given(mode=keyed_modes, payload=json_values)
+def test_keyed_enqueue_refuses_cleanly_or_replays(mode, payload):
+    option = {MODE_NAMES[type(mode)]: mode}
+    with example_savepoint():
+        first = assert_refused_cleanly(
+            EnqueueValidationError, lambda: django_workhorse.enqueue_with_result("tests.noop", payload, **option)
+        )
+        if isinstance(first, Exception):
+            return
+        lifetime = getattr(mode, "ttl", None) or getattr(mode, "window", None)  # None: unique lives with its job
+        if lifetime is not None and lifetime < LIVES_THROUGH_THE_EXAMPLE:
+            return  # the key may expire before the repeat: nothing to compare
+        before = count_rows()
+        again = django_workhorse.enqueue_with_result("tests.noop", payload, **option)
+        assert again.job_id == first.job_id
+        if not isinstance(mode, Debounce):  # a debounce repeat replaces the pending job in place
+            assert count_rows() == before
+        assert read_back(Job.objects.get(pk=first.job_id).payload) == as_stored(payload)
+
+
+@given(st.lists(st.tuples(names, json_values), max_size=4).map(tuple) | wrong_types | any_text)
+def test_enqueue_many_refuses_cleanly_or_stores_in_order(entries):
+    def batch() -> Any:
+        if isinstance(entries, tuple):  # a batch, given as a generator
+            return (EnqueueRequest(job_type, payload) for job_type, payload in entries)
+        return entries
+
+    with example_savepoint():
+        results = assert_refused_cleanly(EnqueueValidationError, lambda: django_workhorse.enqueue_many(batch()))
+        if isinstance(results, Exception):
+            return
+        stored = [Job.objects.get(pk=result.job_id) for result in results]
+        assert [(job.job_type, read_back(job.payload)) for job in stored] == [(t, as_stored(p)) for t, p in entries]
+        assert isinstance(entries, tuple) or entries == []
+
+
+@given(key=key_strategy(), scope=names | wrong_types, retention=durations, result=json_values)
+def test_once_refuses_cleanly_or_stores_the_result(key, scope, retention, result):
+    with example_savepoint():
+        outcome = assert_refused_cleanly(
+            EffectValidationError, lambda: once(key, lambda: result, scope=scope, retention=retention)
+        )
+        if isinstance(outcome, EffectValidationError):
+            return
+        assert read_back(outcome) == as_stored(result)
+        if retention < LIVES_THROUGH_THE_EXAMPLE:
+            return  # the entry may expire before the repeat
+        assert read_back(once(key, lambda: "not run again", scope=scope, retention=retention)) == as_stored(result)
+
+
+ids = (
+    st.lists(st.integers(min_value=-1, max_value=MAX_ID + 1) | wrong_types | any_text, max_size=3)
+    | st.tuples(st.integers())
+    | st.frozensets(st.integers(min_value=-(2**64), max_value=2**64), max_size=3)
+    | any_text
+    | wrong_types
+    | numbers
+)
+
+
+@given(job_ids=ids, requested_by=any_text | wrong_types, queue=names | wrong_types)
+def test_operator_actions_refuse_cleanly_or_act_on_ints(job_ids, requested_by, queue):
+    with example_savepoint():
+        for action in (
+            lambda: run_now(job_ids, requested_by=requested_by),
+            lambda: release_bindings(job_ids, requested_by=requested_by),
+            lambda: purge(job_ids=job_ids),
+            lambda: purge(queue=queue),
+        ):
+            outcome = assert_refused_cleanly(InvalidArgumentError, action)
+            if not isinstance(outcome, Exception):
+                assert isinstance(outcome, (list, int))
+
+
+@given(job_id=numbers | wrong_types | any_text, request_id=names | wrong_types, reason=any_text | wrong_types)
+def test_cancel_and_redrive_refuse_cleanly_or_look_the_job_up(job_id, request_id, reason):
+    with example_savepoint():
+        for action in (lambda: cancel(job_id), lambda: redrive(job_id, request_id=request_id, reason=reason)):
+            try:
+                assert_refused_cleanly(InvalidArgumentError, action)
+            except JobDoesNotExist:  # a well-formed id of a job that does not exist
+                assert isinstance(job_id, int) and 1 <= job_id <= MAX_ID
