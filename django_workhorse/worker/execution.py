@@ -114,7 +114,7 @@ def _failure(
 ) -> Outcome:
     retry_at = None if final else _retry_at(job)
     error = storable_text(error, MAX_ERROR_CHARS)
-    details = {"error": storable_text(error, MAX_DETAIL_CHARS)}
+    details = {"error": error[:MAX_DETAIL_CHARS]}  # a prefix of last_error (the django.tasks backend matches it)
     # The dotted path of what was raised, for the django.tasks backend's TaskError.
     if exception is not None:
         exception_class = exception_class or _class_path(type(exception))
