@@ -135,3 +135,26 @@ class RedriveConflictError(WorkhorseError):
 
 class AttemptTimeoutError(WorkhorseError, TimeoutError):
     """The attempt ran past the job's ``timeout``; the handler was asked to stop."""
+
+
+class ResultNotStorableError(InvalidArgumentError):
+    """A handler's return value cannot be stored (not JSON, unstorable text, too large or too deep).
+
+    The attempt fails with this error (retried or dead like any failure); ``field`` names where in
+    the result the problem is (``result['items'][3]``).
+    """
+
+
+class CheckpointNotStorableError(InvalidArgumentError):
+    """A checkpoint's name or value cannot be stored; raised by ``ctx.checkpoint`` in the handler."""
+
+
+class WorkerThreadError(WorkhorseError):
+    """A worker thread died of an unexpected error; the worker stopped and released its jobs.
+
+    Raised by ``Worker.run`` after the shutdown; ``threads`` names the threads that died.
+    """
+
+    def __init__(self, threads: Sequence[str]) -> None:
+        self.threads = tuple(threads)
+        super().__init__(f"worker thread(s) died: {', '.join(self.threads)}; see the log for the traceback")

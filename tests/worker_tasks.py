@@ -355,3 +355,60 @@ def gated(ctx: HandlerContext, payload: dict[str, Any]) -> dict[str, Any]:
     """Pass through ``GATE`` under ``payload["label"]``; return the job id and the label."""
     GATE.pass_through(payload["label"], payload.get("timeout", 30.0))
     return {"job_id": ctx.job_id, "label": payload["label"]}
+
+
+# -- outcomes PostgreSQL cannot store (tests/test_worker_poison.py) -----------------------------------
+
+
+class UnprintableError(Exception):
+    """An exception whose message cannot be formatted: ``__str__`` raises."""
+
+    def __str__(self) -> str:
+        raise RuntimeError("__str__ of UnprintableError failed")
+
+
+class NotTextError(Exception):
+    """An exception whose ``__str__`` returns no text and whose ``__repr__`` raises."""
+
+    def __str__(self) -> Any:
+        return 42
+
+    def __repr__(self) -> str:
+        raise RuntimeError("__repr__ of NotTextError failed")
+
+
+def _nested(depth: int) -> Any:
+    value: Any = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
+POISONS: dict[str, Callable[[HandlerContext, dict[str, Any]], Any]] = {
+    "surrogate_result": lambda ctx, p: {"a": "bad\udc80"},
+    "nul_result": lambda ctx, p: {"a": ["fine", "bad\x00"]},
+    "nul_key_result": lambda ctx, p: {"bad\x00key": 1},
+    "big_result": lambda ctx, p: "x" * (p["bytes"] - 2),  # its JSON text is p["bytes"] bytes
+    "unserializable_result": lambda ctx, p: {"a": object()},
+    "nan_result": lambda ctx, p: [float("nan")],
+    "deep_result": lambda ctx, p: _nested(101),
+    "nul_error": lambda ctx, p: _raise(RuntimeError("bad\x00text")),
+    "surrogate_error": lambda ctx, p: _raise(RuntimeError("bad\udc80text")),
+    "unprintable_error": lambda ctx, p: _raise(UnprintableError("hidden")),
+    "not_text_error": lambda ctx, p: _raise(NotTextError()),
+    "bad_checkpoint": lambda ctx, p: ctx.checkpoint("stage", lambda: {"a": "bad\x00"}),
+    "bad_checkpoint_name": lambda ctx, p: ctx.checkpoint("st\x00age", lambda: 1),
+}
+
+
+def _raise(exc: BaseException) -> Any:
+    raise exc
+
+
+@register("tests.poison")
+def poison(ctx: HandlerContext, payload: dict[str, Any]) -> Any:
+    """Return or raise what ``POISONS[payload["kind"]]`` does; ``good`` returns the payload."""
+    CALLS.add((payload["kind"], ctx.attempt))
+    if payload["kind"] == "good":
+        return payload
+    return POISONS[payload["kind"]](ctx, payload)

@@ -59,6 +59,7 @@ WHERE source_id = %(source_id)s AND request_id = %(request_id)s
 
 # cancel: stop a job. A queued job is cancelled at once; a running one is asked to stop (its
 # handler sees ctx.cancelled at the next heartbeat). Returns the job's status before, if it exists.
+# One row, locked first (FOR UPDATE): no lock order to keep.
 CANCEL = """
 WITH target AS (
     SELECT id, status FROM workhorse_job WHERE id = %(job_id)s FOR UPDATE
@@ -106,13 +107,20 @@ def cancel(alias: str, job_id: int, requested_by: str) -> str | None:
     return rows[0][0] if rows else None
 
 
-# run_now: make scheduled queued jobs due now (an operator's "run now"), record who asked, and
-# wake the workers of their queues at commit.
+# run_now: make scheduled queued jobs due now (an operator's "run now"), locking them in id
+# order, record who asked, and wake the workers of their queues at commit.
 RUN_NOW = """
-WITH moved AS (
-    UPDATE workhorse_job SET run_at = clock_timestamp()
+WITH due AS MATERIALIZED (
+    SELECT id FROM workhorse_job
     WHERE id = ANY(%(job_ids)s::bigint[]) AND status = 'queued' AND run_at > clock_timestamp()
-    RETURNING id, attempt, queue
+    ORDER BY id
+    FOR NO KEY UPDATE
+),
+moved AS (
+    UPDATE workhorse_job AS job SET run_at = clock_timestamp()
+    FROM due
+    WHERE job.id = due.id
+    RETURNING job.id, job.attempt, job.queue
 ),
 events AS (
     INSERT INTO workhorse_job_event (job_id, kind, attempt, at, details)
@@ -125,7 +133,8 @@ SELECT id FROM moved CROSS JOIN (SELECT count(*) FROM notified) AS n
 
 
 # release_binding: free a key at once (an operator's "release"), recording who did it on the job
-# the key named. Returns the job ids whose keys were released.
+# the key named. Returns the job ids whose keys were released. It updates no job: the event rows
+# only take the key-share locks of their foreign key, which no job UPDATE here conflicts with.
 RELEASE_BINDINGS = """
 WITH released AS (
     DELETE FROM workhorse_binding WHERE id = ANY(%(binding_ids)s::bigint[])

@@ -29,7 +29,8 @@ from django_workhorse.sql._connection import _execute, _json, _run, constraint_n
 # A claim considers a key only while it holds that key's transaction-level advisory lock (tried,
 # never waited for): two claims never take slots of one key at once, so they cannot deadlock on the
 # slot index; what is left is a claim whose snapshot predates another's commit, which the index
-# refuses at once.
+# refuses at once. Its rows are locked in claim order, not id order: SKIP LOCKED never waits for a
+# job row, so that order cannot take part in a deadlock on them.
 CONCURRENCY_LOCK_CLASS = 0x776F726B  # "work": the first half of two-int advisory lock ids
 CLAIM = f"""
 WITH candidates AS (
@@ -103,16 +104,28 @@ CLAIM_JOB = CLAIM.replace(
 assert CLAIM_JOB.count("%(job_id)s") == 2
 
 
+# Lock order: a statement that updates or deletes several jobs locks them first, in a CTE
+# ``SELECT … ORDER BY id FOR NO KEY UPDATE`` (the lock an UPDATE takes anyway), so any two such
+# statements meet their common rows in the same order and cannot deadlock on them. Statements
+# that SKIP LOCKED never wait for a row; they lock in id order too, except CLAIM, whose order is
+# the claim order (and which waits for no job row).
+
 # record_outcomes: write how attempts ended, many in one statement, each fenced by its lease
 # token: a worker whose lease expired (the job may be another worker's now) changes nothing.
 # status is 'succeeded', 'queued' (a retry at run_at; 'cancelled' instead when cancellation was
-# requested meanwhile) or 'dead'; each outcome brings its events.
+# requested meanwhile) or 'dead'; each outcome brings its events. Locks the jobs in id order.
 RECORD_OUTCOMES = """
 WITH outcome AS (
     SELECT (o->>'id')::bigint AS id, (o->>'token')::uuid AS token, o->>'status' AS status,
            o->'result' AS result, o->>'error' AS error, (o->>'run_at')::timestamptz AS run_at,
            o->'events' AS events
     FROM jsonb_array_elements(%(outcomes)s::jsonb) AS o
+),
+held AS MATERIALIZED (
+    SELECT job.id FROM workhorse_job AS job JOIN outcome ON outcome.id = job.id
+    WHERE job.lease_token = outcome.token AND job.status = 'running'
+    ORDER BY job.id
+    FOR NO KEY UPDATE OF job
 ),
 finished AS (
     UPDATE workhorse_job AS job
@@ -122,8 +135,8 @@ finished AS (
         run_at = coalesce(outcome.run_at, job.run_at), lease_token = NULL, lease_expires_at = NULL,
         finished_at = CASE WHEN outcome.status = 'queued' AND NOT job.cancel_requested
                            THEN NULL ELSE clock_timestamp() END
-    FROM outcome
-    WHERE job.id = outcome.id AND job.lease_token = outcome.token AND job.status = 'running'
+    FROM held JOIN outcome ON outcome.id = held.id
+    WHERE job.id = held.id
     RETURNING job.id, job.attempt, outcome.events
 ),
 events AS (
@@ -135,22 +148,38 @@ SELECT id FROM finished
 """
 
 
-# extend_leases: push the lease of jobs this worker still owns; returns the ids still owned and
-# whether cancellation was requested (a job missing from the answer was reclaimed: stop it).
+# extend_leases: push the lease of jobs this worker still owns, locking them in id order; returns
+# the ids still owned and whether cancellation was requested (a job missing from the answer was
+# reclaimed: stop it).
 EXTEND_LEASES = """
+WITH held AS MATERIALIZED (
+    SELECT job.id FROM workhorse_job AS job
+    JOIN unnest(%(job_ids)s::bigint[], %(tokens)s::uuid[]) AS mine(id, token) ON mine.id = job.id
+    WHERE job.lease_token = mine.token AND job.status = 'running'
+    ORDER BY job.id
+    FOR NO KEY UPDATE OF job
+)
 UPDATE workhorse_job AS job
 SET lease_expires_at = clock_timestamp() + %(lease)s
-FROM unnest(%(job_ids)s::bigint[], %(tokens)s::uuid[]) AS held(id, token)
-WHERE job.id = held.id AND job.lease_token = held.token AND job.status = 'running'
+FROM held
+WHERE job.id = held.id
 RETURNING job.id, job.cancel_requested
 """
 
 
 # release: give held jobs back to the queue at once (a clean stop); an attempt that never started
 # its handler is not counted, and one interrupted on its last attempt is dead, as a reclaimed one
-# would be. Fenced by the lease token.
+# would be. Fenced by the lease token; locks the jobs in id order.
 RELEASE = """
-WITH released AS (
+WITH held AS MATERIALIZED (
+    SELECT job.id, mine.started FROM workhorse_job AS job
+    JOIN unnest(%(job_ids)s::bigint[], %(tokens)s::uuid[], %(started)s::boolean[]) AS mine(id, token, started)
+      ON mine.id = job.id
+    WHERE job.lease_token = mine.token AND job.status = 'running'
+    ORDER BY job.id
+    FOR NO KEY UPDATE OF job
+),
+released AS (
     UPDATE workhorse_job AS job
     SET status = CASE WHEN held.started AND job.attempt >= job.max_attempts THEN 'dead' ELSE 'queued' END,
         last_error = CASE WHEN held.started AND job.attempt >= job.max_attempts
@@ -158,8 +187,8 @@ WITH released AS (
         finished_at = CASE WHEN held.started AND job.attempt >= job.max_attempts THEN clock_timestamp() END,
         lease_token = NULL, lease_expires_at = NULL, run_at = clock_timestamp(),
         attempt = job.attempt - CASE WHEN held.started THEN 0 ELSE 1 END
-    FROM unnest(%(job_ids)s::bigint[], %(tokens)s::uuid[], %(started)s::boolean[]) AS held(id, token, started)
-    WHERE job.id = held.id AND job.lease_token = held.token AND job.status = 'running'
+    FROM held
+    WHERE job.id = held.id
     RETURNING job.id, job.attempt, job.status
 )
 INSERT INTO workhorse_job_event (job_id, kind, attempt, at, details)
@@ -170,21 +199,28 @@ SELECT id, 'dead', attempt, clock_timestamp(), '{}'::jsonb FROM released WHERE s
 
 
 # reclaim_expired: requeue running jobs whose lease expired (their worker died or stalled), or
-# bury them when that was their last attempt; uses workhorse_job_lease_idx.
+# bury them when that was their last attempt. Up to %(limit)s candidates come from
+# workhorse_job_lease_idx; those not locked by anyone else are locked in id order (SKIP LOCKED).
 RECLAIM_EXPIRED = """
-WITH expired AS (
+WITH due AS MATERIALIZED (
+    SELECT id FROM workhorse_job
+    WHERE id IN (
+        SELECT id FROM workhorse_job
+        WHERE status = 'running' AND lease_expires_at < clock_timestamp()
+        LIMIT %(limit)s
+    ) AND status = 'running' AND lease_expires_at < clock_timestamp()
+    ORDER BY id
+    FOR UPDATE SKIP LOCKED
+),
+expired AS (
     UPDATE workhorse_job AS job
     SET status = CASE WHEN job.attempt >= job.max_attempts THEN 'dead' ELSE 'queued' END,
         lease_token = NULL, lease_expires_at = NULL,
         finished_at = CASE WHEN job.attempt >= job.max_attempts THEN clock_timestamp() END,
         last_error = CASE WHEN job.attempt >= job.max_attempts
                           THEN 'lease expired on the last attempt' ELSE job.last_error END
-    WHERE job.id IN (
-        SELECT id FROM workhorse_job
-        WHERE status = 'running' AND lease_expires_at < clock_timestamp()
-        LIMIT %(limit)s
-        FOR UPDATE SKIP LOCKED
-    )
+    FROM due
+    WHERE job.id = due.id
     RETURNING job.id, job.attempt, job.status
 ),
 events AS (

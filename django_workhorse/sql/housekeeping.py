@@ -13,13 +13,14 @@ from django_workhorse.sql.keys import _FREE, _TERMINAL
 
 # purge_queued: delete queued jobs of a queue (or by id) with their events, checkpoints and
 # lineage records, and release their bindings at once, in one statement. Running and finished
-# jobs are left alone.
+# jobs are left alone. Jobs are locked in id order, skipping those locked by anyone else.
 PURGE_QUEUED = """
-WITH doomed AS (
+WITH doomed AS MATERIALIZED (
     SELECT id FROM workhorse_job
     WHERE status = 'queued'
       AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
       AND (%(job_ids)s::bigint[] IS NULL OR id = ANY(%(job_ids)s::bigint[]))
+    ORDER BY id
     FOR UPDATE SKIP LOCKED
 ),
 released AS (DELETE FROM workhorse_binding WHERE job_id IN (SELECT id FROM doomed)),
@@ -69,16 +70,21 @@ PRUNE_STALE_WORKERS = "DELETE FROM workhorse_worker WHERE heartbeat_at < clock_t
 
 # prune_finished_jobs: delete up to %(limit)s jobs that finished before %(before)s and whose
 # bindings own nothing any more (a live key always finds its job), with those bindings, events,
-# checkpoints and redrive records; uses workhorse_job_finished_idx.
+# checkpoints and redrive records. Candidates come from workhorse_job_finished_idx; those not
+# locked by anyone else are locked in id order (SKIP LOCKED).
 PRUNE_FINISHED_JOBS = f"""
-WITH doomed AS (
-    SELECT id FROM workhorse_job AS job
-    WHERE status IN {_TERMINAL} AND finished_at < %(before)s
-      AND NOT EXISTS (
-          SELECT 1 FROM workhorse_binding AS binding
-          WHERE binding.job_id = job.id AND NOT ({_FREE.format(now="statement_timestamp()")})
-      )
-    LIMIT %(limit)s
+WITH doomed AS MATERIALIZED (
+    SELECT id FROM workhorse_job
+    WHERE id IN (
+        SELECT id FROM workhorse_job AS job
+        WHERE status IN {_TERMINAL} AND finished_at < %(before)s
+          AND NOT EXISTS (
+              SELECT 1 FROM workhorse_binding AS binding
+              WHERE binding.job_id = job.id AND NOT ({_FREE.format(now="statement_timestamp()")})
+          )
+        LIMIT %(limit)s
+    )
+    ORDER BY id
     FOR UPDATE SKIP LOCKED
 ),
 released AS (DELETE FROM workhorse_binding WHERE job_id IN (SELECT id FROM doomed)),

@@ -11,12 +11,19 @@ from datetime import datetime
 from typing import TypeVar
 
 from django_workhorse import sql
+from django_workhorse.conf import app_settings
 from django_workhorse.effects import EffectValidationError
-from django_workhorse.exceptions import AttemptTimeoutError, JobCancelledError, LeaseLostError
-from django_workhorse.fingerprint import canonical_json
+from django_workhorse.exceptions import (
+    AttemptTimeoutError,
+    CheckpointNotStorableError,
+    JobCancelledError,
+    LeaseLostError,
+)
+from django_workhorse.storable import check_json, check_text
 
 T = TypeVar("T")
 MAX_STEP_CHARS = 200
+MAX_CHECKPOINT_NAME_CHARS = 200
 _VISIBLE_ASCII = re.compile(r"[\x21-\x7e]+")
 logger = logging.getLogger("django_workhorse.handlers")
 
@@ -119,12 +126,17 @@ class HandlerContext:
 
         The store is fenced by the lease: raise ``LeaseLostError`` if another worker may own the
         job now. A crash after ``fn``'s effect and before the store runs ``fn`` again next attempt.
+        Raise ``CheckpointNotStorableError`` if ``name`` or the value cannot be stored (not JSON,
+        NUL or lone surrogates in its text, over ``WORKHORSE_MAX_RESULT_BYTES``, nested too deep).
         """
+        check_text(name, "checkpoint name", max_chars=MAX_CHECKPOINT_NAME_CHARS, error=CheckpointNotStorableError)
         found, value = sql.load_checkpoint(self._alias, self.job_id, name)
         if found:
             return value  # type: ignore[no-any-return]
         self.raise_if_cancelled()  # never start a stage's effect on a job this worker should drop
-        text = canonical_json(fn())
+        text = check_json(
+            fn(), f"checkpoint[{name!r}]", max_bytes=app_settings.MAX_RESULT_BYTES, error=CheckpointNotStorableError
+        )
         if not sql.save_checkpoint(self._alias, self._job, name, text):
             self.cancel()
             self.raise_if_cancelled()

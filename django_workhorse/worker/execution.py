@@ -6,19 +6,28 @@ import logging
 import time
 import traceback
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from datetime import datetime, timezone
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from django_workhorse import sql
-from django_workhorse.exceptions import AttemptTimeoutError, JobCancelledError, LeaseLostError
-from django_workhorse.fingerprint import canonical_json
+from django_workhorse.conf import app_settings
+from django_workhorse.exceptions import (
+    AttemptTimeoutError,
+    JobCancelledError,
+    LeaseLostError,
+    ResultNotStorableError,
+)
 from django_workhorse.registry import get_handler
 from django_workhorse.retry import RetryPolicy
+from django_workhorse.storable import check_json, storable_text
 from django_workhorse.worker.context import HandlerContext
 
 logger = logging.getLogger(__name__)
 MAX_ERROR_CHARS = 4000
+MAX_DETAIL_CHARS = 500
+# The retry delay when a job's stored retry policy cannot be read.
+FALLBACK_RETRY_DELAY = timedelta(minutes=1)
 
 
 @dataclass(frozen=True)
@@ -42,23 +51,47 @@ def execute(job: sql.ClaimedJob, context: HandlerContext, started: Callable[[], 
         started()
     began = time.monotonic()
     try:
-        result_json = canonical_json(get_handler(job.job_type).call(job.payload, context))
+        value = get_handler(job.job_type).call(job.payload, context)
     except LeaseLostError:
         logger.warning("Lease lost id=%s attempt=%s", job.id, job.attempt)
         return Outcome(job, "lost")
     except JobCancelledError:
         return Outcome(job, "cancelled", events=(("cancelled", {}),))
     except BaseException as exc:  # the handler's failure (even sys.exit()) is the job's, not the worker's
-        return _failure(job, _describe(exc), exception=exc)
+        return failure(job, exc)
     if job.timeout is not None and time.monotonic() - began > job.timeout.total_seconds():
         error = f"TimeoutError: the attempt ran longer than its timeout of {job.timeout}"
         return _failure(job, error, exception_class=_class_path(AttemptTimeoutError))
+    try:
+        result_json = check_json(value, "result", max_bytes=app_settings.MAX_RESULT_BYTES, error=ResultNotStorableError)
+    except ResultNotStorableError as exc:
+        return _failure(job, f"ResultNotStorable: {safe_str(exc)}", exception=exc)
+    except Exception as exc:  # a value whose serialization itself misbehaves (a failing __str__, ...)
+        error = f"ResultNotStorable: result could not be serialized: {brief(exc)}"
+        return _failure(job, error, exception=exc, exception_class=_class_path(ResultNotStorableError))
     return Outcome(job, "succeeded", result_json=result_json, events=(("succeeded", {}),))
+
+
+def failure(job: sql.ClaimedJob, exc: BaseException) -> Outcome:
+    """Return the outcome of an attempt that raised ``exc``: a retry, or dead on its last attempt."""
+    return _failure(job, describe(exc), exception=exc)
+
+
+def unwritable(outcome: Outcome, error: BaseException) -> Outcome:
+    """Return a failure to write in place of ``outcome``, which could not be written (``error``)."""
+    reason = f"OutcomeNotStorable: the {outcome.status} outcome could not be written: {brief(error)}"
+    return _failure(outcome.job, reason, exception=outcome.exception, exception_class=_class_path(type(error)))
+
+
+def storable(outcome: Outcome) -> Outcome:
+    """Return ``outcome`` with its error and event details in a form PostgreSQL can store."""
+    events = tuple((storable_text(kind), _storable_details(details)) for kind, details in outcome.events)
+    return replace(outcome, error=storable_text(outcome.error, MAX_ERROR_CHARS), events=events)
 
 
 def record(alias: str, outcomes: Sequence[Outcome]) -> list[str]:
     """Write ``outcomes`` in one statement, fenced by each lease; return each status ('lost' if not held)."""
-    writable = [outcome for outcome in outcomes if outcome.status != "lost"]
+    writable = [storable(outcome) for outcome in outcomes if outcome.status != "lost"]
     held = sql.record_outcomes(alias, writable) if writable else set()
     statuses = []
     for outcome in outcomes:
@@ -80,7 +113,8 @@ def _failure(
     exception_class: str | None = None,
 ) -> Outcome:
     retry_at = None if final else _retry_at(job)
-    details = {"error": error[:500]}
+    error = storable_text(error, MAX_ERROR_CHARS)
+    details = {"error": error[:MAX_DETAIL_CHARS]}  # a prefix of last_error (the django.tasks backend matches it)
     # The dotted path of what was raised, for the django.tasks backend's TaskError.
     if exception is not None:
         exception_class = exception_class or _class_path(type(exception))
@@ -97,7 +131,12 @@ def _retry_at(job: sql.ClaimedJob) -> datetime | None:
     """Return when to run the next attempt, or None when the job should be dead now."""
     if job.attempt >= job.max_attempts:
         return None
-    retry_at = _now() + RetryPolicy.from_json(job.retry_policy).delay_for(job.attempt)
+    try:
+        delay = RetryPolicy.from_json(job.retry_policy).delay_for(job.attempt)
+    except Exception:  # a stored policy this version cannot read must not lose the failure
+        logger.exception("Unreadable retry policy id=%s; retrying in %s", job.id, FALLBACK_RETRY_DELAY)
+        delay = FALLBACK_RETRY_DELAY
+    retry_at = _now() + delay
     if job.deadline is not None and retry_at > job.deadline:
         return None
     return retry_at
@@ -107,10 +146,44 @@ def _class_path(cls: type[BaseException]) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
-def _describe(exc: BaseException) -> str:
-    summary = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__, limit=-8))
-    text = f"{type(exc).__name__}: {exc}\n{summary}"
-    return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 1] + "…"
+def describe(exc: BaseException) -> str:
+    """Return ``exc``'s type, message and a traceback summary as storable text, whatever ``exc`` is."""
+    try:
+        summary = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__, limit=-8))
+    except BaseException:  # formatting calls the exception's own code, which may fail
+        summary = ""
+    return storable_text(f"{brief(exc)}\n{summary}", MAX_ERROR_CHARS)
+
+
+def brief(exc: BaseException) -> str:
+    """Return ``Type: message`` for ``exc``, even when its ``__str__`` fails or returns no text."""
+    return storable_text(f"{type(exc).__name__}: {safe_str(exc)}", MAX_DETAIL_CHARS)
+
+
+def safe_str(value: object) -> str:
+    """Return ``str(value)``; if that fails (or is not text), its ``repr``, else a placeholder."""
+    for render in (str, repr):
+        try:
+            text = render(value)
+        except BaseException:  # the object's own __str__/__repr__: anything may come out of it
+            continue
+        if isinstance(text, str):
+            return storable_text(str.__str__(text))
+    return f"<unprintable {type(value).__name__}>"
+
+
+def _storable_details(details: dict[str, Any]) -> dict[str, Any]:
+    return {storable_text(str(key)): _storable_value(value) for key, value in details.items()}
+
+
+def _storable_value(value: Any) -> Any:
+    if isinstance(value, str):
+        return storable_text(value)
+    if isinstance(value, dict):
+        return _storable_details(value)
+    if isinstance(value, (list, tuple)):
+        return [_storable_value(item) for item in value]
+    return value
 
 
 def _now() -> datetime:

@@ -11,20 +11,19 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
 
-import psycopg
 from django.db import DatabaseError, close_old_connections, connections
 
 from django_workhorse import sql
 from django_workhorse.conf import app_settings
+from django_workhorse.exceptions import WorkerThreadError
 from django_workhorse.maintenance import run_maintenance
 from django_workhorse.worker.context import HandlerContext
-from django_workhorse.worker.execution import Outcome, execute, record
+from django_workhorse.worker.execution import Outcome, execute, failure, record, unwritable
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +60,7 @@ class WorkerStats:
 
     claimed: int = 0
     finished: dict[str, int] = field(default_factory=dict)
+    failed_threads: list[str] = field(default_factory=list)
 
 
 class Worker:
@@ -111,7 +111,11 @@ class Worker:
     # -- public --------------------------------------------------------------------------------
 
     def run(self) -> WorkerStats:
-        """Work until stopped (SIGTERM/SIGINT or :meth:`stop`), or until idle in burst mode."""
+        """Work until stopped (SIGTERM/SIGINT or :meth:`stop`), or until idle in burst mode.
+
+        Raise ``WorkerThreadError`` (after stopping and releasing the jobs still held) if one of
+        the worker's threads died of an unexpected error.
+        """
         logger.info("Worker starting name=%s queues=%s concurrency=%s", self.name, self.queues, self.concurrency)
         executors = [self._thread(self._execute_forever, f"executor-{i}") for i in range(self.concurrency)]
         recorder = self._thread(self._record_forever, "recorder")
@@ -133,6 +137,8 @@ class Worker:
                 self._drain(executors, recorder, helpers)
                 self._deregister()
         logger.info("Worker stopped name=%s claimed=%s finished=%s", self.name, self.stats.claimed, self.stats.finished)
+        if self.stats.failed_threads:
+            raise WorkerThreadError(self.stats.failed_threads)
         return self.stats
 
     def stop(self) -> None:
@@ -219,8 +225,12 @@ class Worker:
 
     def _execute_forever(self) -> None:
         while (held := self._work.get()) is not None:
-            close_old_connections()
-            outcome = execute(held.job, held.context, started=held.mark_started)
+            try:
+                close_old_connections()
+                outcome = execute(held.job, held.context, started=held.mark_started)
+            except Exception as exc:  # the worker's own failure around the handler: the job's failure
+                logger.exception("Running job failed id=%s", held.job.id)
+                outcome = failure(held.job, exc)
             held.ended = True
             self._outcomes.put(outcome)
         connections.close_all()
@@ -243,45 +253,81 @@ class Worker:
         connections.close_all()
 
     def _record(self, outcomes: list[Outcome]) -> None:
-        close_old_connections()
         statuses = ["unrecorded"] * len(outcomes)
-        for attempt in (1, 2):
-            try:
-                statuses = record(self.using, outcomes)
-                break
-            except DatabaseError:
-                # A persistent connection may have died while idle: retry once on a fresh one.
-                # (The write is fenced, so a retry of a write that did commit changes nothing.)
-                # If that fails too, the leases run out and other workers run the jobs again.
-                logger.exception("Recording outcomes failed count=%s try=%s", len(outcomes), attempt)
-                connections[self.using].close()
+        try:
+            close_old_connections()
+            statuses = self._write(outcomes)
+        except Exception:  # never leave the jobs held: unrecorded, their leases lapse
+            logger.exception("Recording outcomes failed count=%s; their leases will lapse", len(outcomes))
         with self._lock:
             for outcome, status in zip(outcomes, statuses, strict=True):
                 self._held.pop(outcome.job.id, None)
                 self.stats.finished[status] = self.stats.finished.get(status, 0) + 1
         self._wake.set()
 
+    def _write(self, outcomes: list[Outcome]) -> list[str]:
+        # The write is fenced by each lease, so writing again what did commit changes nothing.
+        try:
+            return record(self.using, outcomes)
+        except Exception:
+            # A persistent connection may have died while idle, or PostgreSQL refused one outcome:
+            # write them one by one (on a fresh connection), so only the guilty job is affected.
+            logger.exception("Recording outcomes failed count=%s; recording them one by one", len(outcomes))
+            self._close_connection()
+        return [self._write_one(outcome) for outcome in outcomes]
+
+    def _write_one(self, outcome: Outcome) -> str:
+        try:
+            return record(self.using, [outcome])[0]
+        except Exception as exc:
+            logger.exception("Recording the outcome failed id=%s; recording a failure instead", outcome.job.id)
+            self._close_connection()
+            replacement = unwritable(outcome, exc)
+        try:
+            return record(self.using, [replacement])[0]
+        except Exception:
+            # Not even a failure can be written: stop holding the job, so its lease lapses and a
+            # worker reclaims it (dead with "lease expired" if that was its last attempt).
+            logger.exception("Recording a failure failed too id=%s; its lease will lapse", outcome.job.id)
+            self._close_connection()
+            return "unrecorded"
+
+    def _close_connection(self) -> None:
+        try:
+            connections[self.using].close()
+        except Exception:
+            logger.exception("Closing a broken connection failed")
+
     # -- heartbeats ----------------------------------------------------------------------------
 
     def _heartbeat_forever(self) -> None:
         # Runs through the drain too: handlers still finishing keep their leases.
         while not self._heartbeats_done.wait(self.lease.total_seconds() / 3):
-            with self._lock:
-                held = list(self._held.values())
-            for running in held:
-                if running.overtime(0) > 0:
-                    running.context.cancel(timed_out=True)
-            # A handler that ignores its timeout keeps running on its thread, but after one more
-            # lease its job is no longer extended: it expires and another worker takes it.
-            held = [h for h in held if h.overtime(self.lease.total_seconds()) <= 0]
-            if held:
-                self._extend(held)
             try:
-                sql.touch_worker(self.using, self.name)
-            except DatabaseError:
+                self._heartbeat()
+            except Exception:
                 logger.exception("Worker heartbeat failed")
-                connections[self.using].close()
+                self._close_connection()
         connections.close_all()
+
+    def _heartbeat(self) -> None:
+        with self._lock:
+            held = list(self._held.values())
+        for running in held:
+            if running.overtime(0) > 0:
+                running.context.cancel(timed_out=True)
+        # Only jobs whose handler runs (or is about to) are extended: an ended one has the rest of
+        # its lease for its outcome to be written. A handler that ignores its timeout keeps running
+        # on its thread, but after one more lease its job is no longer extended either: it expires
+        # and another worker takes it.
+        held = [h for h in held if not h.ended and h.overtime(self.lease.total_seconds()) <= 0]
+        if held:
+            self._extend(held)
+        try:
+            sql.touch_worker(self.using, self.name)
+        except DatabaseError:
+            logger.exception("Worker heartbeat failed")
+            self._close_connection()
 
     def _heartbeat_one(self, job_id: int) -> None:
         with self._lock:
@@ -294,7 +340,7 @@ class Worker:
             alive = sql.extend_leases(self.using, [h.job for h in held], self.lease)
         except DatabaseError:
             logger.exception("Extending leases failed")
-            connections[self.using].close()
+            self._close_connection()
             return
         for job in held:
             if job.job.id not in alive:
@@ -317,7 +363,7 @@ class Worker:
                         for notice in conn.notifies(timeout=0.5):
                             if notice.payload in self.queues:
                                 self._wake.set()
-            except psycopg.Error:
+            except Exception:  # polling covers the gap
                 self._listening.clear()
                 logger.exception("LISTEN connection failed; reconnecting")
                 self._stopping.wait(1.0)
@@ -339,10 +385,10 @@ class Worker:
         with self._lock:
             still = list(self._held.values())
         if still:
-            logger.warning("Releasing jobs still running after the drain timeout count=%s", len(still))
+            logger.warning("Releasing jobs still held after the drain timeout count=%s", len(still))
             for held in still:
                 held.context.cancel()
-            sql.release(self.using, [(h.job, h.started) for h in still])
+            self._release([(h.job, h.started) for h in still])
         self._heartbeats_done.set()
         for thread in helpers:
             thread.join(5)
@@ -364,10 +410,17 @@ class Worker:
             if held is not None:
                 unstarted.append(held)
         if unstarted:
-            sql.release(self.using, [(h.job, False) for h in unstarted])
+            self._release([(h.job, False) for h in unstarted])
             with self._lock:
                 for held in unstarted:
                     self._held.pop(held.job.id, None)
+
+    def _release(self, held: list[tuple[sql.ClaimedJob, bool]]) -> None:
+        try:
+            sql.release(self.using, held)
+        except Exception:  # their leases lapse instead, and another worker reclaims them
+            logger.exception("Releasing jobs failed count=%s; their leases will lapse", len(held))
+            self._close_connection()
 
     @contextmanager
     def _signals_stop_me(self) -> Iterator[None]:
@@ -381,7 +434,21 @@ class Worker:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
 
-    def _thread(self, target: Any, name: str) -> threading.Thread:
-        thread = threading.Thread(target=target, name=f"workhorse-{name}", daemon=True)
+    def _thread(self, target: Callable[[], None], name: str) -> threading.Thread:
+        thread = threading.Thread(target=self._supervised, args=(target, name), name=f"workhorse-{name}", daemon=True)
         thread.start()
         return thread
+
+    def _supervised(self, target: Callable[[], None], name: str) -> None:
+        # A thread that dies would leave its jobs held (the executor's, the recorder's outcomes)
+        # or their leases unextended (the heartbeat's): stop the worker, which releases what it
+        # still holds, and make run() report the failure.
+        try:
+            target()
+        except BaseException:
+            logger.critical("Worker thread died thread=%s; stopping the worker", name, exc_info=True)
+            with self._lock:
+                self.stats.failed_threads.append(name)
+            self.stop()
+        finally:
+            connections.close_all()

@@ -7,9 +7,10 @@ import logging
 from datetime import timedelta
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils.module_loading import autodiscover_modules
 
+from django_workhorse.exceptions import WorkerThreadError
 from django_workhorse.worker import Worker
 
 MAX_CONCURRENCY = 100
@@ -50,7 +51,10 @@ def queue_list(text: str) -> list[str]:
 
 
 class Command(BaseCommand):
-    help = "Run django-workhorse jobs until SIGTERM/SIGINT (or, with --burst, until no job is ready)."
+    help = (
+        "Run django-workhorse jobs until SIGTERM/SIGINT (or, with --burst, until no job is ready). "
+        "Exits with status 1 if a worker thread died of an unexpected error."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--queues", type=queue_list, default=["default"], help="Comma-separated queues.")
@@ -103,6 +107,10 @@ class Command(BaseCommand):
             using=database,
             listen_using=listen,
         )
-        stats = worker.run()
+        try:
+            stats = worker.run()
+        except WorkerThreadError as exc:
+            # The worker stopped and released its jobs; a non-zero status tells its supervisor.
+            raise CommandError(str(exc), returncode=1) from exc
         if verbosity:
             self.stdout.write(f"Claimed {stats.claimed} job(s); finished: {stats.finished or 'none'}.")
