@@ -23,7 +23,19 @@ from django.utils import timezone
 from django_workhorse.admin import JSON_DISPLAY_CHARS, FindKeyForm
 from django_workhorse.models import EventKind, IdempotencyBinding, Job, JobEvent, JobStatus, WorkerRecord
 from tests.factories import JobFactory
-from tests.test_admin import BINDINGS, DEAD, FIND, JOBS, VIEW_PERMS, WORKERS, body, change_url, login, result_ids
+from tests.test_admin import (
+    BINDINGS,
+    DASHBOARD,
+    DEAD,
+    FIND,
+    JOBS,
+    VIEW_PERMS,
+    WORKERS,
+    body,
+    change_url,
+    login,
+    result_ids,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -325,3 +337,18 @@ def test_a_binding_page_renders_hostile_but_storable_values(viewer):
         response = viewer.get(url)
         assert response.status_code == 200, url
         assert "<script>alert(1)" not in body(response) and "<b>x</b>" not in body(response), url
+
+
+def test_the_dashboard_never_loads_payloads_results_or_whole_errors(viewer):
+    big = "x" * 200_000
+    JobFactory(payload={"big": big}, result={"big": big}, last_error=f"Boom\n{big}", status=JobStatus.DEAD)
+
+    with CaptureQueriesContext(connection) as queries:
+        response = viewer.get(DASHBOARD)
+
+    assert response.status_code == 200 and "Boom" in body(response) and big not in body(response)
+    columns = [listed_columns(q["sql"]) for q in queries.captured_queries if "workhorse_job" in q["sql"]]
+    assert any('"workhorse_job"."job_type"' in c for c in columns), "the failures' query was not captured"
+    for listed in columns:
+        assert '"workhorse_job"."payload"' not in listed and '"workhorse_job"."result"' not in listed
+        assert '"workhorse_job"."last_error"' not in listed.replace('LEFT("workhorse_job"."last_error"', "")
