@@ -4,6 +4,11 @@ Everything is read-only by hand. Changing actions (cancel, run now, redrive, pur
 need their own permission, are checked server-side, and record the acting user in the job's events
 (purge, which deletes the job, in the admin log). Raw keys are never shown nor stored: the
 "find a key" form hashes the key in memory and looks the hash up.
+
+Every list checks its query string before any SQL runs (``CheckedChangeList``): a parameter PostgreSQL
+cannot take (NUL, a non-integer or out-of-range number for an integer field) is an incorrect lookup,
+which Django answers with the unfiltered list flagged ``?e=1``. Lists of jobs never load payloads,
+results or whole errors.
 """
 
 from __future__ import annotations
@@ -13,27 +18,35 @@ import re
 import uuid
 from collections import Counter
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
-from django.core.exceptions import PermissionDenied
+from django.contrib.admin.options import IncorrectLookupParameters
+from django.contrib.admin.views.main import IGNORED_PARAMS, ChangeList
+from django.contrib.postgres.expressions import ArraySubquery
+from django.core.exceptions import FieldDoesNotExist, PermissionDenied
 from django.core.serializers.json import DjangoJSONEncoder
+from django.db import DataError, connections, router, transaction
 from django.db.models import (
     BinaryField,
     BooleanField,
     Exists,
     ExpressionWrapper,
     F,
+    ForeignKey,
     Func,
+    IntegerField,
+    Model,
     OuterRef,
     Q,
     QuerySet,
     Subquery,
     Value,
 )
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.db.models.functions import Left
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, QueryDict
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
@@ -42,7 +55,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.text import Truncator
 from django.views.decorators.debug import sensitive_post_parameters
 
-from django_workhorse import stats
+from django_workhorse import conf, stats
 from django_workhorse.cancellation import cancel
 from django_workhorse.dead_letters import redrive
 from django_workhorse.exceptions import WorkhorseError
@@ -60,14 +73,20 @@ from django_workhorse.models import (
     WorkerRecord,
 )
 from django_workhorse.operations import release_bindings, run_now
+from django_workhorse.storable import check_text
 from django_workhorse.types import KeyMode
 
 # Payloads and results are shown pretty-printed up to this many characters, then cut.
 JSON_DISPLAY_CHARS = 20_000
 ERROR_SUMMARY_CHARS = 120
+# Event details are shown cut to this many characters each.
+EVENT_DETAIL_CHARS = 2000
 RECENT_TAGS_SCAN = 1000
 DASHBOARD_REFRESH_SECONDS = 10
 HEX_DIGEST = re.compile(r"(?:[0-9a-f]{2}){1,32}")
+INTEGER = re.compile(r"[+-]?[0-9]{1,20}")
+# Lookups whose values are numbers of the field's type (``in`` takes a comma-separated list).
+NUMERIC_LOOKUPS = frozenset({"", "exact", "in", "gt", "gte", "lt", "lte"})
 
 
 def _actor(request: HttpRequest) -> str:
@@ -81,10 +100,100 @@ def _has(request: HttpRequest, permission: str) -> bool:
 
 def pretty_json(value: Any, limit: int = JSON_DISPLAY_CHARS) -> str:
     """Return ``value`` as indented JSON, cut after ``limit`` characters (templates escape it)."""
-    text = json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, cls=DjangoJSONEncoder)
+    try:
+        text = json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, cls=DjangoJSONEncoder)
+    except RecursionError:  # indenting recurses in Python; compact encoding nests deeper
+        text = json.dumps(value, sort_keys=True, ensure_ascii=False, cls=DjangoJSONEncoder)
     if len(text) <= limit:
         return text
     return f"{text[:limit]}\n… ({len(text) - limit:,} more characters not shown)"
+
+
+def _incorrect_lookup(*, field: str, bound: str, value: Any = None) -> IncorrectLookupParameters:
+    return IncorrectLookupParameters(f"{field}: expected {bound}")
+
+
+def parse_id(text: str) -> int | None:
+    """The id ``text`` spells in ASCII digits, or None when it is no id (not digits, beyond bigint)."""
+    if not INTEGER.fullmatch(text) or text[0] in "+-":
+        return None
+    number = int(text)
+    return number if 1 <= number <= conf.MAX_ID else None
+
+
+def check_query(query: QueryDict, model: type[Model]) -> None:
+    """Refuse (``IncorrectLookupParameters``) a list's query string that PostgreSQL could not take.
+
+    Every name and value must be storable text; a lookup on an integer field takes integers in the
+    column's range. Anything else Django validates itself when it builds the query.
+    """
+    for name, values in query.lists():
+        check_text(name, "a parameter name", error=_incorrect_lookup)
+        for value in values:
+            check_text(value, name, error=_incorrect_lookup)
+        if name in IGNORED_PARAMS:
+            continue
+        if (bounds := _integer_bounds(model, name)) is not None:
+            for value in values:
+                _check_integers(value, name, bounds, many=name.endswith("__in"))
+
+
+def _integer_bounds(model: type[Model], name: str) -> tuple[int, int] | None:
+    """The range of the integer column a lookup compares with, or None if it is not such a lookup."""
+    head, _, lookup = name.partition("__")
+    if lookup not in NUMERIC_LOOKUPS:
+        return None
+    try:
+        field: Any = model._meta.pk if head == "pk" else model._meta.get_field(head)
+    except FieldDoesNotExist:
+        return None
+    if isinstance(field, ForeignKey):
+        field = field.target_field
+    if not isinstance(field, IntegerField):
+        return None
+    ops = connections[router.db_for_read(model)].ops
+    low, high = ops.integer_field_range(field.get_internal_type())
+    return int(low), int(high)
+
+
+def _check_integers(value: str, name: str, bounds: tuple[int, int], *, many: bool) -> None:
+    low, high = bounds
+    for item in value.split(",") if many else [value]:
+        if not INTEGER.fullmatch(item) or not low <= int(item) <= high:
+            raise _incorrect_lookup(field=name, bound=f"integers in {low}..{high}")
+
+
+class CheckedChangeList(ChangeList):
+    """A changelist that checks its query string first and lets its admin trim what rows load."""
+
+    def __init__(self, request: HttpRequest, model: type[Model], *args: Any, **kwargs: Any) -> None:
+        check_query(request.GET, model)
+        super().__init__(request, model, *args, **kwargs)
+
+    def get_queryset(self, request: HttpRequest, exclude_parameters: Any = None) -> QuerySet[Any]:
+        queryset = super().get_queryset(request, exclude_parameters)
+        return cast("CheckedAdmin", self.model_admin).list_rows(queryset)
+
+    def get_results(self, request: HttpRequest) -> None:
+        # Django checks lookups when it builds the query; a few (a regex, say) PostgreSQL refuses only
+        # when it runs, so the count and the page run here, where a refusal is an incorrect lookup.
+        try:
+            with transaction.atomic(using=self.queryset.db):
+                super().get_results(request)
+                len(self.result_list)
+        except DataError as exc:
+            raise IncorrectLookupParameters(exc) from exc
+
+
+class CheckedAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    """Base of the app's admins: lists check their query string (``CheckedChangeList``)."""
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return CheckedChangeList
+
+    def list_rows(self, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        """What a list loads of each row (and of the rows its actions get); all fields by default."""
+        return queryset
 
 
 def digest_prefix_filter(term: str, *, of_jobs: bool = False) -> Q | None:
@@ -143,7 +252,7 @@ class TagFilter(admin.SimpleListFilter):
         return queryset.filter(tags__contains=[self.value()]) if self.value() else queryset
 
 
-class JobAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class JobAdmin(CheckedAdmin):
     """Jobs: browse, filter, inspect; cancel, run now, redrive and purge with their permissions."""
 
     list_display = [
@@ -181,6 +290,12 @@ class JobAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             )
         )
 
+    def list_rows(self, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        """Everything but the large values: payload and result stay unread, the error is read cut."""
+        return queryset.defer("payload", "result", "last_error").annotate(
+            error_head=Left("last_error", stats.ERROR_HEAD_CHARS)
+        )
+
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
         return [field.name for field in Job._meta.fields if field.name not in self.exclude]
 
@@ -212,8 +327,8 @@ class JobAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         if not term:
             return queryset, False
         matches = Q(job_type__icontains=term)
-        if term.isdigit():
-            matches |= Q(pk=int(term))
+        if (job_id := parse_id(term)) is not None:
+            matches |= Q(pk=job_id)
         if (by_digest := digest_prefix_filter(term, of_jobs=True)) is not None:
             matches |= by_digest
         return queryset.filter(matches), False
@@ -315,7 +430,9 @@ class JobAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             context.update(
                 payload_json=pretty_json(job.payload),
                 result_json=None if job.result is None else pretty_json(job.result),
-                events=JobEvent.objects.filter(job=job).order_by("id"),
+                events=[
+                    (event, event_details(event.details)) for event in JobEvent.objects.filter(job=job).order_by("id")
+                ],
                 checkpoints=[(c, pretty_json(c.value, 2000)) for c in Checkpoint.objects.filter(job=job)],
                 redriven_from=Redrive.objects.filter(new_job=job).first(),
                 redriven_to=list(Redrive.objects.filter(source=job).order_by("id")),
@@ -343,7 +460,7 @@ class JobAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             "depths": stats.queue_depths(now=now),
             "throughput": throughput,
             "chart": throughput_chart(throughput),
-            "failures": [(job, error_summary(job.last_error)) for job in stats.recent_failures()],
+            "failures": [(job, error_summary(error_head(job))) for job in stats.recent_failures()],
             "workers": stats.workers(),
             "refresh_seconds": DASHBOARD_REFRESH_SECONDS,
         }
@@ -354,6 +471,22 @@ def error_summary(error: str) -> str:
     """The first line of an error, cut to a table cell."""
     first = next((line for line in error.splitlines() if line.strip()), "")
     return Truncator(first).chars(ERROR_SUMMARY_CHARS)
+
+
+def error_head(job: Job) -> str:
+    """The start of a job's error as a list loaded it (``error_head``), else the whole error."""
+    head = getattr(job, "error_head", None)
+    return job.last_error if head is None else str(head)
+
+
+def event_details(details: Any) -> list[tuple[str, str]]:
+    """An event's details as (name, value) text, each value cut; any stored JSON is shown."""
+    if not isinstance(details, dict):
+        return [("", Truncator(pretty_json(details, EVENT_DETAIL_CHARS)).chars(EVENT_DETAIL_CHARS))]
+    return [
+        (Truncator(str(name)).chars(EVENT_DETAIL_CHARS), Truncator(str(value)).chars(EVENT_DETAIL_CHARS))
+        for name, value in details.items()
+    ]
 
 
 def throughput_chart(throughput: stats.Throughput, *, width: int = 720, height: int = 140) -> dict[str, Any]:
@@ -408,7 +541,7 @@ def _confirm(
         "opts": model_admin.model._meta,
         "action": action,
         "verb": verb,
-        "jobs": [(job, error_summary(job.last_error)) for job in jobs],
+        "jobs": [(job, error_summary(error_head(job))) for job in jobs],
         "skipped": skipped,
         "explanation": explanation,
         "request_id": uuid.uuid4().hex,
@@ -440,7 +573,7 @@ class DeadJobAdmin(JobAdmin):
 
     @admin.display(description="error")
     def error(self, obj: Job) -> str:
-        return error_summary(obj.last_error)
+        return error_summary(error_head(obj))
 
 
 # -- bindings ----------------------------------------------------------------------------------------
@@ -467,8 +600,18 @@ class LiveFilter(admin.SimpleListFilter):
 class FindKeyForm(forms.Form):
     """Scope and raw key; the key is hashed in memory and never stored, logged or echoed."""
 
-    scope = forms.CharField(max_length=256, initial="default")
-    key = forms.CharField(max_length=512, strip=False, widget=forms.PasswordInput(render_value=False))
+    scope = forms.CharField(max_length=conf.MAX_SCOPE_BYTES, initial="default")
+    key = forms.CharField(max_length=conf.MAX_KEY_BYTES, strip=False, widget=forms.PasswordInput(render_value=False))
+
+    def clean_scope(self) -> str:
+        return check_text(self.cleaned_data["scope"], "scope", max_bytes=conf.MAX_SCOPE_BYTES, error=_form_error)
+
+    def clean_key(self) -> str:
+        return check_text(self.cleaned_data["key"], "key", max_bytes=conf.MAX_KEY_BYTES, secret=True, error=_form_error)
+
+
+def _form_error(*, field: str, bound: str, value: Any = None) -> forms.ValidationError:
+    return forms.ValidationError(f"Expected {bound}.")  # never the value: it may be a key
 
 
 BINDING_FIELDS = (
@@ -487,7 +630,7 @@ BINDING_FIELDS = (
 )
 
 
-class BindingAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class BindingAdmin(CheckedAdmin):
     """Idempotency bindings: who owns which key (by preview and digest), until when; release."""
 
     list_display = ["key_preview", "key_digest", "scope", "mode", "job_link", "created_at", "expires_at", "active"]
@@ -607,12 +750,16 @@ class BindingAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 # -- workers ---------------------------------------------------------------------------------------
 
 
-class WorkerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class WorkerAdmin(CheckedAdmin):
     """Registered worker processes, their last heartbeat and the jobs they hold."""
 
     list_display = ["name", "host", "pid", "queue_list", "concurrency", "heartbeat_at", "heartbeat_age", "jobs"]
     readonly_fields = ["name", "host", "pid", "queues", "concurrency", "started_at", "heartbeat_at", "jobs"]
     ordering = ["name"]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
+        running = Job.objects.filter(status=JobStatus.RUNNING, claimed_by=OuterRef("name")).order_by("id")
+        return super().get_queryset(request).annotate(running_job_ids=ArraySubquery(running.values("id")))
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
@@ -633,10 +780,9 @@ class WorkerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         return f"{seconds:.0f} s"
 
     @admin.display(description="current jobs")
-    def jobs(self, obj: WorkerRecord) -> str:
-        ids = Job.objects.filter(status=JobStatus.RUNNING, claimed_by=obj.name).order_by("id")
+    def jobs(self, obj: Any) -> str:
         links: Callable[[int], tuple[str, int]] = lambda pk: (reverse("admin:workhorse_job_change", args=[pk]), pk)  # noqa: E731
-        return format_html_join(", ", '<a href="{}">#{}</a>', (links(pk) for pk in ids.values_list("pk", flat=True)))
+        return format_html_join(", ", '<a href="{}">#{}</a>', (links(pk) for pk in obj.running_job_ids))
 
 
 admin.site.register(Job, JobAdmin)

@@ -10,12 +10,14 @@ from datetime import datetime, timedelta
 
 from django.db import router
 from django.db.models import Count, Min, Q, QuerySet
-from django.db.models.functions import TruncMinute
+from django.db.models.functions import Left, TruncMinute
 from django.utils import timezone
 
 from django_workhorse.models import Job, JobStatus, WorkerRecord
 
 THROUGHPUT_MINUTES = 60
+# How much of an error a listing reads (in SQL) to show its first line.
+ERROR_HEAD_CHARS = 2000
 
 
 @dataclass(frozen=True)
@@ -125,8 +127,13 @@ def throughput(
 
 
 def recent_failures(*, using: str | None = None, limit: int = 10) -> list[Job]:
-    """Return the most recently finished dead jobs, newest first."""
-    return list(_jobs(using).filter(status=JobStatus.DEAD).order_by("-finished_at", "-id")[:limit])
+    """Return the most recently finished dead jobs, newest first.
+
+    Payload, result and error are not loaded; ``error_head`` holds the error's first
+    ``ERROR_HEAD_CHARS`` characters.
+    """
+    dead = _jobs(using).filter(status=JobStatus.DEAD).defer("payload", "result", "last_error")
+    return list(dead.annotate(error_head=Left("last_error", ERROR_HEAD_CHARS)).order_by("-finished_at", "-id")[:limit])
 
 
 def workers(*, using: str | None = None) -> list[WorkerStatus]:

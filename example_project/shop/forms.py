@@ -7,6 +7,8 @@ from django import forms
 from example_project.shop.models import Order, Product
 
 PRODUCTS = ["Espresso beans, 1 kg", "Pour-over kettle", "Ceramic mug"]
+# A webhook delivery id, matched whole (``fullmatch``, or ``\A...\Z``; ``$`` would let a trailing newline in).
+DELIVERY_ID_PATTERN = r"[A-Za-z0-9_.:-]{1,100}"
 DIGEST_USERS = ["alice", "bob", "carol"]
 
 
@@ -21,7 +23,8 @@ class OrderForm(forms.Form):
 class WebhookDemoForm(forms.Form):
     """What the demo "provider" delivers to the webhook receiver, once or twice."""
 
-    delivery_id = forms.RegexField(regex=r"^[A-Za-z0-9_.:-]{1,100}$", max_length=100)
+    # Not stripped: " evt_1" is not the id "evt_1", so it is refused rather than taken for it.
+    delivery_id = forms.RegexField(regex=rf"\A{DELIVERY_ID_PATTERN}\Z", max_length=100, strip=False)
     event_type = forms.ChoiceField(choices=[(t, t) for t in ("invoice.paid", "charge.refunded", "customer.updated")])
     times = forms.TypedChoiceField(choices=[(1, "once"), (2, "twice")], coerce=int, initial=2)
 

@@ -15,6 +15,7 @@ from decimal import Decimal
 from typing import Any
 from urllib.parse import urlencode
 
+from django.core.exceptions import RequestDataTooBig
 from django.db import transaction
 from django.db.models import F
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -36,7 +37,9 @@ from django_workhorse import (
     enqueue_with_result,
 )
 from django_workhorse.models import Job
+from django_workhorse.storable import check_json
 from example_project.shop.forms import (
+    DELIVERY_ID_PATTERN,
     CaptureForm,
     DigestForm,
     InvoiceForm,
@@ -50,7 +53,8 @@ from example_project.shop.models import Digest, Invoice, Order, Product, Provide
 SEARCH_INDEX_WINDOW = timedelta(seconds=5)
 DIGEST_WINDOW = timedelta(minutes=1)
 WEBHOOK_KEY_TTL = timedelta(days=3)  # longer than the provider's redelivery horizon
-DELIVERY_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,100}$")
+DELIVERY_ID = re.compile(DELIVERY_ID_PATTERN)  # always fullmatch()
+MAX_WEBHOOK_BODY_BYTES = 64 * 1024
 # The outcomes an idempotent enqueue can have, as carried in a redirect's ?outcome=.
 IDEMPOTENT_OUTCOMES = {EnqueueOutcome.ACCEPTED.value, EnqueueOutcome.REPLAYED.value}
 
@@ -160,21 +164,50 @@ def receive_webhook(delivery_id: str, body: dict[str, Any]) -> EnqueueResult:
     return result
 
 
+class InvalidDeliveryError(ValueError):
+    """A webhook request the receiver refuses, answered 400 with this message."""
+
+
+def _refused(*, field: str, bound: str, value: Any = None) -> InvalidDeliveryError:
+    return InvalidDeliveryError(f"{field} must be {bound}")
+
+
+def parse_delivery(raw: bytes) -> tuple[str, dict[str, Any]]:
+    """Return the delivery id and body of a webhook request, or raise ``InvalidDeliveryError``.
+
+    The body must be a UTF-8 JSON object of at most ``MAX_WEBHOOK_BODY_BYTES`` that PostgreSQL can
+    store as it is (no NUL, no lone surrogate, no NaN, nested at most ``MAX_JSON_DEPTH`` deep), with
+    a ``delivery_id`` of 1..100 letters, digits or ``_.:-``, matched whole.
+    """
+    if len(raw) > MAX_WEBHOOK_BODY_BYTES:
+        raise InvalidDeliveryError(f"the body must be at most {MAX_WEBHOOK_BODY_BYTES} bytes")
+    try:
+        body = json.loads(raw.decode("utf-8"))
+    except (ValueError, RecursionError):  # not UTF-8, not JSON, or nested beyond what Python parses
+        raise InvalidDeliveryError('expected a JSON object with a "delivery_id"') from None
+    if not isinstance(body, dict):
+        raise InvalidDeliveryError('expected a JSON object with a "delivery_id"')
+    check_json(body, "body", max_bytes=MAX_WEBHOOK_BODY_BYTES, error=_refused)
+    delivery_id = body.get("delivery_id")
+    if not isinstance(delivery_id, str) or not DELIVERY_ID.fullmatch(delivery_id):
+        raise InvalidDeliveryError("delivery_id must be 1..100 letters, digits or _.:-")
+    return delivery_id, body
+
+
 @csrf_exempt
 @require_POST
 def provider_webhook(request: HttpRequest) -> JsonResponse:
     """The endpoint the payment provider posts to: ``{"delivery_id": "evt_…", "type": "…"}``.
 
-    Answers 202 for a new delivery and 200 for a redelivery, with the job's id either way.
-    A real receiver checks the provider's signature first.
+    Answers 202 for a new delivery and 200 for a redelivery, with the job's id either way, and 400
+    for a body ``parse_delivery`` refuses. A real receiver checks the provider's signature first.
     """
     try:
-        body = json.loads(request.body)
-        delivery_id = body["delivery_id"]
-    except (ValueError, TypeError, KeyError):
-        return JsonResponse({"error": 'expected a JSON object with a "delivery_id"'}, status=400)
-    if not isinstance(delivery_id, str) or not DELIVERY_ID.match(delivery_id):
-        return JsonResponse({"error": "delivery_id must be 1..100 letters, digits or _.:-"}, status=400)
+        delivery_id, body = parse_delivery(request.body)
+    except RequestDataTooBig:
+        return JsonResponse({"error": f"the body must be at most {MAX_WEBHOOK_BODY_BYTES} bytes"}, status=400)
+    except InvalidDeliveryError as exc:
+        return JsonResponse({"error": str(exc)}, status=400)
     result = receive_webhook(delivery_id, body)
     status = 202 if result.outcome == EnqueueOutcome.ACCEPTED else 200
     return JsonResponse(
