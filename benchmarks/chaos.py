@@ -36,7 +36,10 @@ What the figures mean (printed, and written as JSON to ``--out``):
   killed pid), its worker exited on its own, or it ran within a PostgreSQL restart's window (from
   one lease before the stop to two leases after the server is back: an outcome that could not be
   written, or a lease that ran out while the server was down). A job is explained when all its
-  extra executions are. Unexplained ones are duplicates that chaos does not account for.
+  extra executions are. Unexplained ones are duplicates that chaos does not account for. Kills
+  that came more than two leases after the execution are counted apart ("killed worker, long
+  after the execution"): that worker had not written the outcome for a long time (a stalled
+  worker), and the kill only freed the job.
 - ``poison_not_dead``: poison jobs that ended ``succeeded`` (or ``cancelled``): an outcome the
   worker should have refused was stored. Reported, but not part of the exit status.
 - ``poison``: per class, how the jobs ended, how many are dead with a readable error (non-empty,
@@ -508,7 +511,9 @@ def explain(pid: int, at: float, chaos: Chaos, lease: float) -> str | None:
     """Why an execution that was not its job's last could have been repeated, or None."""
     for kill in chaos.kills:
         if kill["pid"] == pid and at <= kill["at"]:
-            return "killed worker"
+            # A live worker writes an outcome within moments; one still unwritten two leases later
+            # was held back (a stuck recorder, say) and the kill only freed the job.
+            return "killed worker" if kill["at"] - at <= 2 * lease else "killed worker, long after the execution"
     for exit_ in chaos.unexpected_exits:
         if exit_["pid"] == pid and at <= exit_["at"]:
             return "worker exited on its own"
