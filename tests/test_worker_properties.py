@@ -2,20 +2,20 @@
 error if it failed, and the good job claimed in the same batch succeeds exactly once.
 
 Each example runs a real burst worker (two threads, batches of two) in this process against
-real PostgreSQL. ``WORKHORSE_HYPOTHESIS_EXAMPLES`` sets how many examples run (25 by default).
+real PostgreSQL. Each example costs a worker run, so this test takes half the examples of the
+Hypothesis profile in use (``tests/conftest.py``: ``ci`` by default, ``long`` by hand).
 """
 
 from __future__ import annotations
 
 import itertools
-import os
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.test import override_settings
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from django_workhorse import RetryPolicy, enqueue
@@ -27,12 +27,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 NEVER_SOON = RetryPolicy.fixed(timedelta(hours=1))
 RESULT_BOUND = 1024
-EXAMPLES = settings(
-    max_examples=int(os.environ.get("WORKHORSE_HYPOTHESIS_EXAMPLES", "25")),
-    deadline=None,
-    database=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+EXAMPLES = settings(max_examples=max(10, settings.default.max_examples // 2))
 
 # What each example's handler does, by the token in its payload: ("return", value) or ("raise", exc).
 BEHAVIOURS: dict[int, tuple[str, Any]] = {}
