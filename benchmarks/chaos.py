@@ -508,18 +508,23 @@ def fetch_executions() -> dict[int, list[tuple[int, int, float]]]:
 
 
 def explain(pid: int, at: float, chaos: Chaos, lease: float) -> str | None:
-    """Why an execution that was not its job's last could have been repeated, or None."""
-    for kill in chaos.kills:
-        if kill["pid"] == pid and at <= kill["at"]:
-            # A live worker writes an outcome within moments; one still unwritten two leases later
-            # was held back (a stuck recorder, say) and the kill only freed the job.
-            return "killed worker" if kill["at"] - at <= 2 * lease else "killed worker, long after the execution"
-    for exit_ in chaos.unexpected_exits:
-        if exit_["pid"] == pid and at <= exit_["at"]:
-            return "worker exited on its own"
+    """Why an execution that was not its job's last could have been repeated, or None.
+
+    Nearest cause first: a kill of its worker soon after it ran, then a PostgreSQL restart around
+    it, then a kill long after it (the outcome was held back: the kill only freed the job).
+    """
+    later_kills = [kill["at"] - at for kill in chaos.kills if kill["pid"] == pid and at <= kill["at"]]
+    if later_kills and min(later_kills) <= 2 * lease:
+        # A live worker writes an outcome within moments of the handler's end.
+        return "killed worker"
     for restart in chaos.restarts:
         if restart["stop_began"] - lease <= at <= restart["back"] + 2 * lease:
             return "PostgreSQL restart"
+    if later_kills:
+        return "killed worker, long after the execution"
+    for exit_ in chaos.unexpected_exits:
+        if exit_["pid"] == pid and at <= exit_["at"]:
+            return "worker exited on its own"
     return None
 
 

@@ -15,6 +15,7 @@ is skipped.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import importlib.util
 import logging
@@ -33,6 +34,8 @@ from asgiref.sync import sync_to_async
 from django.db import connections, transaction
 from django.test import override_settings
 from django.utils import timezone
+from hypothesis import given
+from hypothesis import strategies as st
 
 from django_workhorse import (
     Debounce,
@@ -49,7 +52,7 @@ from django_workhorse.fingerprint import derived_key
 from django_workhorse.models import Job, JobEvent, JobStatus
 from django_workhorse.registry import Handler, get_handler
 from django_workhorse.testing import eager, run_job
-from tests.conftest import connect_directly
+from tests.conftest import as_stored, connect_directly, read_back
 from tests.worker_tasks import run_worker
 
 try:
@@ -1017,3 +1020,30 @@ def test_arguments_nested_past_the_bound_are_invalid_task_not_recursion_error(de
 def test_arguments_nested_to_the_bound_round_trip():
     result = noop.enqueue(_nested(MAX_JSON_DEPTH - 2))
     assert Job.objects.get(pk=result.id).payload["args"] == [_nested(MAX_JSON_DEPTH - 2)]
+
+
+# Any code point (surrogates included), nested JSON, numbers past what Python can write, wrong types.
+_any_text = st.text(st.characters(exclude_categories=()) | st.sampled_from(["\x00", "\udc80"]), max_size=8)
+_arguments = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | _any_text | st.just(4400).map(lambda digits: 10**digits),
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(_any_text, children, max_size=3),
+    max_leaves=12,
+) | st.integers(MAX_JSON_DEPTH - 3, MAX_JSON_DEPTH + 1).map(_nested)
+
+
+@given(args=st.lists(_arguments, max_size=3), kwargs=st.dictionaries(st.sampled_from(["a", "b"]), _arguments))
+def test_any_arguments_are_refused_cleanly_or_read_back_equal(args, kwargs):
+    with contextlib.suppress(_ExampleDone), transaction.atomic():
+        try:
+            result = noop.enqueue(*args, **kwargs)
+        except (InvalidTask, TypeError, ValueError):  # Django's contract for arguments that are not JSON
+            assert not Job.objects.exists()
+            assert noop.enqueue("after").status == TaskResultStatus.READY  # the transaction is usable
+            raise _ExampleDone from None
+        stored = Job.objects.get(pk=result.id).payload
+        assert read_back(stored) == as_stored({"args": args, "kwargs": kwargs})
+        raise _ExampleDone
+
+
+class _ExampleDone(Exception):  # noqa: N818 (rolls one example back; not an error)
+    pass

@@ -14,10 +14,8 @@ other's rows. Profiles (``ci`` by default, ``long`` by hand) are set in ``tests/
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
-from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -26,17 +24,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import django_workhorse
-from django_workhorse import Debounce, EnqueueRequest, Idempotency, Throttle, Unique, once
+from django_workhorse import Debounce, EnqueueRequest, Idempotency, Throttle, Unique, once, task
 from django_workhorse.cancellation import cancel
 from django_workhorse.conf import MAX_ID, MAX_JSON_DEPTH
 from django_workhorse.dead_letters import redrive
 from django_workhorse.effects import EffectValidationError
 from django_workhorse.exceptions import EnqueueValidationError, InvalidArgumentError, JobDoesNotExist
-from django_workhorse.fingerprint import canonical_json
 from django_workhorse.maintenance import purge
 from django_workhorse.models import Job
 from django_workhorse.operations import release_bindings, run_now
-from tests.conftest import count_rows
+from tests.conftest import as_stored, count_rows, read_back
 
 pytestmark = pytest.mark.django_db
 
@@ -146,21 +143,13 @@ def options_strategy() -> st.SearchStrategy[dict[str, Any]]:
 # -- reading back ----------------------------------------------------------------------------------
 
 
-def as_stored(value: Any) -> Any:
-    """What jsonb gives back for ``value``: its canonical JSON with every number as a Decimal.
-
-    PostgreSQL keeps JSON numbers as numeric, so a float written with an exponent (1e16) comes
-    back as the integer it denotes: equal as a number, not always as a Python float.
-    """
-    return json.loads(canonical_json(value), parse_float=Decimal, parse_int=Decimal)
-
-
-def read_back(value: Any) -> Any:
-    return json.loads(json.dumps(value), parse_float=Decimal, parse_int=Decimal)
-
-
 def utc(value: datetime | None) -> datetime | None:
     return None if value is None else value.astimezone(timezone.utc)
+
+
+@task(name="tests.property_echo", idempotent=True)
+def echo(value: Any, *, label: Any = "x") -> None:
+    """A task for the properties: its payload is its bound arguments."""
 
 
 # -- properties ------------------------------------------------------------------------------------
@@ -269,3 +258,17 @@ def test_cancel_and_redrive_refuse_cleanly_or_look_the_job_up(job_id, request_id
                 assert_refused_cleanly(InvalidArgumentError, action)
             except JobDoesNotExist:  # a well-formed id of a job that does not exist
                 assert isinstance(job_id, int) and 1 <= job_id <= MAX_ID
+
+
+@given(value=json_values, label=any_text | wrong_types | numbers, key=key_strategy())
+def test_task_calls_refuse_cleanly_or_store_the_bound_arguments(value, label, key):
+    with example_savepoint():
+        for call in (
+            lambda: echo.enqueue_with_result(value, label=label),
+            lambda: echo.apply_async(args=(value,), kwargs={"label": label}, unique_key=key),
+        ):
+            outcome = assert_refused_cleanly(EnqueueValidationError, call)
+            if isinstance(outcome, Exception):
+                continue
+            job_id = outcome if isinstance(outcome, int) else outcome.job_id
+            assert read_back(Job.objects.get(pk=job_id).payload) == as_stored({"value": value, "label": label})
