@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 from collections.abc import Callable, Iterator
-from decimal import Decimal
 from typing import Any
 
 import psycopg
@@ -16,7 +14,6 @@ from hypothesis import HealthCheck, settings
 from psycopg import sql
 
 from django_workhorse.conf import app_settings
-from django_workhorse.fingerprint import canonical_json
 
 # Property tests: a short profile by default (CI), a long one to run by hand:
 #   WORKHORSE_HYPOTHESIS_PROFILE=long make test ARGS="tests/test_properties.py"
@@ -48,20 +45,6 @@ def other_connection() -> Iterator[psycopg.Connection[Any]]:
     """A second session: sees only what the test's connection has committed."""
     with connect_directly() as conn:
         yield conn
-
-
-def as_stored(value: Any) -> Any:
-    """What jsonb gives back for ``value``: its canonical JSON, every number as a Decimal.
-
-    PostgreSQL keeps JSON numbers as numeric, so a float written with an exponent (1e16) comes
-    back as the integer it denotes: equal as a number, not always as a Python float.
-    """
-    return json.loads(canonical_json(value), parse_float=Decimal, parse_int=Decimal)
-
-
-def read_back(value: Any) -> Any:
-    """A value read from jsonb, every number as a Decimal, to compare with :func:`as_stored`."""
-    return json.loads(json.dumps(value), parse_float=Decimal, parse_int=Decimal)
 
 
 def count_rows(conn: Any = None) -> dict[str, int]:

@@ -52,7 +52,8 @@ from django_workhorse.fingerprint import derived_key
 from django_workhorse.models import Job, JobEvent, JobStatus
 from django_workhorse.registry import Handler, get_handler
 from django_workhorse.testing import eager, run_job
-from tests.conftest import as_stored, connect_directly, read_back
+from tests.conftest import connect_directly
+from tests.values import as_stored, nested, read_back
 from tests.worker_tasks import run_worker
 
 try:
@@ -1002,24 +1003,17 @@ def test_the_last_readable_run_after_round_trips():
     assert task_backends["default"].get_result(result.id).status == TaskResultStatus.READY
 
 
-def _nested(depth: int) -> Any:
-    value: Any = 1
-    for _ in range(depth):
-        value = [value]
-    return value
-
-
 @pytest.mark.parametrize("depth", [MAX_JSON_DEPTH, 5000], ids=["one-past", "thousands"])
 def test_arguments_nested_past_the_bound_are_invalid_task_not_recursion_error(depth):
     # The payload is {"args": [arg], ...}: an argument nested 99 deep makes a payload 101 deep.
     with pytest.raises(InvalidTask, match=f"nested at most {MAX_JSON_DEPTH} deep"):
-        noop.enqueue(_nested(depth - 1))
+        noop.enqueue(nested(depth - 1))
     assert not Job.objects.exists()
 
 
 def test_arguments_nested_to_the_bound_round_trip():
-    result = noop.enqueue(_nested(MAX_JSON_DEPTH - 2))
-    assert Job.objects.get(pk=result.id).payload["args"] == [_nested(MAX_JSON_DEPTH - 2)]
+    result = noop.enqueue(nested(MAX_JSON_DEPTH - 2))
+    assert Job.objects.get(pk=result.id).payload["args"] == [nested(MAX_JSON_DEPTH - 2)]
 
 
 # Any code point (surrogates included), nested JSON, numbers past what Python can write, wrong types.
@@ -1028,7 +1022,7 @@ _arguments = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | _any_text | st.just(4400).map(lambda digits: 10**digits),
     lambda children: st.lists(children, max_size=3) | st.dictionaries(_any_text, children, max_size=3),
     max_leaves=12,
-) | st.integers(MAX_JSON_DEPTH - 3, MAX_JSON_DEPTH + 1).map(_nested)
+) | st.integers(MAX_JSON_DEPTH - 3, MAX_JSON_DEPTH + 1).map(nested)
 
 
 @given(args=st.lists(_arguments, max_size=3), kwargs=st.dictionaries(st.sampled_from(["a", "b"]), _arguments))

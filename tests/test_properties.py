@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 from django.db import transaction
-from hypothesis import given
+from hypothesis import event, given
 from hypothesis import strategies as st
 
 import django_workhorse
@@ -33,7 +33,8 @@ from django_workhorse.exceptions import EnqueueValidationError, InvalidArgumentE
 from django_workhorse.maintenance import purge
 from django_workhorse.models import Job
 from django_workhorse.operations import release_bindings, run_now
-from tests.conftest import as_stored, count_rows, read_back
+from tests.conftest import count_rows
+from tests.values import as_stored, nested, read_back
 
 pytestmark = pytest.mark.django_db
 
@@ -57,12 +58,15 @@ def assert_refused_cleanly(error: type[Exception], call: Callable[[], Any]) -> A
     """
     before = count_rows()
     try:
-        return call()
+        value = call()
     except error as exc:
+        event("refused")  # shown by --hypothesis-show-statistics: both branches must be exercised
         assert getattr(exc, "field", "x"), "a typed error names its field"
         assert count_rows() == before
         django_workhorse.enqueue("tests.noop", {"after": "refusal"})  # the transaction is usable
         return exc
+    event("accepted")
+    return value
 
 
 # -- strategies ------------------------------------------------------------------------------------
@@ -95,13 +99,6 @@ wrong_types = (
 )
 
 
-def nested(depth: int) -> Any:
-    value: Any = 1
-    for _ in range(depth):
-        value = [value]
-    return value
-
-
 json_scalars = st.none() | st.booleans() | st.integers() | st.floats() | any_text
 json_values = st.recursive(
     json_scalars,
@@ -110,10 +107,39 @@ json_values = st.recursive(
 ) | st.integers(MAX_JSON_DEPTH - 2, MAX_JSON_DEPTH + 2).map(nested)
 
 
+# What each entry point accepts, so that about half the examples exercise the "stored and read
+# back equal" branch (hostile values alone are nearly always refused somewhere).
+valid_text = st.text(st.characters(exclude_categories=("Cs",), exclude_characters="\x00"), min_size=1, max_size=12)
+valid_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | valid_text,
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(valid_text, children, max_size=4),
+    max_leaves=20,
+)
+valid_duration = st.timedeltas(min_value=timedelta(milliseconds=1), max_value=timedelta(days=365))
+valid_datetime = st.datetimes(
+    min_value=datetime(1, 1, 2), max_value=datetime(9999, 12, 30), timezones=odd_offsets
+) | st.sampled_from(
+    [datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=timezone.utc), datetime(1, 1, 1, tzinfo=timezone.utc)]
+)
+
+
+def arguments(**fields: tuple[st.SearchStrategy[Any], st.SearchStrategy[Any]]) -> st.SearchStrategy[dict[str, Any]]:
+    """Keyword arguments: all valid (``fields[name][0]``), or each valid or hostile (``[1]``)."""
+    valid = st.fixed_dictionaries({name: good for name, (good, _) in fields.items()})
+    mixed = st.fixed_dictionaries({name: good | bad for name, (good, bad) in fields.items()})
+    return valid | mixed
+
+
 def key_strategy() -> st.SearchStrategy[Any]:
     return any_text | st.sampled_from(["k", "x" * 512, "x" * 513]) | wrong_types
 
 
+valid_modes = st.one_of(
+    st.builds(Idempotency, valid_text, scope=valid_text, ttl=valid_duration),
+    st.builds(Unique, valid_text, scope=valid_text),
+    st.builds(Debounce, valid_text, window=valid_duration, scope=valid_text),
+    st.builds(Throttle, valid_text, window=valid_duration, scope=valid_text),
+)
 keyed_modes = st.one_of(
     st.builds(Idempotency, key_strategy(), scope=names, ttl=durations),
     st.builds(Unique, key_strategy(), scope=names),
@@ -122,6 +148,21 @@ keyed_modes = st.one_of(
 )
 LIVES_THROUGH_THE_EXAMPLE = timedelta(minutes=1)
 MODE_NAMES = {Idempotency: "idempotency", Unique: "unique", Debounce: "debounce", Throttle: "throttle"}
+
+
+valid_options = st.fixed_dictionaries(
+    {},
+    optional={
+        "queue": valid_text,
+        "priority": st.integers(0, 100),
+        "run_at": valid_datetime,
+        "tags": st.lists(valid_text, max_size=20, unique=True),
+        "max_attempts": st.integers(1, 100),
+        "deadline": valid_datetime,
+        "timeout": valid_duration,
+        "concurrency_key": valid_text,
+    },
+)
 
 
 def options_strategy() -> st.SearchStrategy[dict[str, Any]]:
@@ -155,8 +196,12 @@ def echo(value: Any, *, label: Any = "x") -> None:
 # -- properties ------------------------------------------------------------------------------------
 
 
-@given(job_type=names | wrong_types, payload=json_values, options=options_strategy())
-def test_enqueue_refuses_cleanly_or_stores_faithfully(job_type, payload, options):
+@given(
+    args=arguments(job_type=(valid_text, names | wrong_types), payload=(valid_json, json_values)),
+    options=valid_options | options_strategy(),
+)
+def test_enqueue_refuses_cleanly_or_stores_faithfully(args, options):
+    job_type, payload = args["job_type"], args["payload"]
     with example_savepoint():
         outcome = assert_refused_cleanly(
             EnqueueValidationError, lambda: django_workhorse.enqueue_with_result(job_type, payload, **options)
@@ -176,8 +221,9 @@ def test_enqueue_refuses_cleanly_or_stores_faithfully(job_type, payload, options
         assert job.timeout == options.get("timeout")
 
 
-@given(mode=keyed_modes, payload=json_values)
-def test_keyed_enqueue_refuses_cleanly_or_replays(mode, payload):
+@given(args=arguments(mode=(valid_modes, keyed_modes), payload=(valid_json, json_values)))
+def test_keyed_enqueue_refuses_cleanly_or_replays(args):
+    mode, payload = args["mode"], args["payload"]
     option = {MODE_NAMES[type(mode)]: mode}
     with example_savepoint():
         first = assert_refused_cleanly(
@@ -196,7 +242,12 @@ def test_keyed_enqueue_refuses_cleanly_or_replays(mode, payload):
         assert read_back(Job.objects.get(pk=first.job_id).payload) == as_stored(payload)
 
 
-@given(st.lists(st.tuples(names, json_values), max_size=4).map(tuple) | wrong_types | any_text)
+@given(
+    st.lists(st.tuples(valid_text, valid_json), max_size=4).map(tuple)
+    | st.lists(st.tuples(names, json_values), max_size=4).map(tuple)
+    | wrong_types
+    | any_text
+)
 def test_enqueue_many_refuses_cleanly_or_stores_in_order(entries):
     def batch() -> Any:
         if isinstance(entries, tuple):  # a batch, given as a generator
@@ -212,8 +263,16 @@ def test_enqueue_many_refuses_cleanly_or_stores_in_order(entries):
         assert isinstance(entries, tuple) or entries == []
 
 
-@given(key=key_strategy(), scope=names | wrong_types, retention=durations, result=json_values)
-def test_once_refuses_cleanly_or_stores_the_result(key, scope, retention, result):
+@given(
+    args=arguments(
+        key=(valid_text, key_strategy()),
+        scope=(valid_text, names | wrong_types),
+        retention=(valid_duration, durations),
+        result=(valid_json, json_values),
+    )
+)
+def test_once_refuses_cleanly_or_stores_the_result(args):
+    key, scope, retention, result = args["key"], args["scope"], args["retention"], args["result"]
     with example_savepoint():
         outcome = assert_refused_cleanly(
             EffectValidationError, lambda: once(key, lambda: result, scope=scope, retention=retention)
@@ -236,8 +295,15 @@ ids = (
 )
 
 
-@given(job_ids=ids, requested_by=any_text | wrong_types, queue=names | wrong_types)
-def test_operator_actions_refuse_cleanly_or_act_on_ints(job_ids, requested_by, queue):
+@given(
+    args=arguments(
+        job_ids=(st.lists(st.integers(1, MAX_ID), max_size=3), ids),
+        requested_by=(valid_text, any_text | wrong_types),
+        queue=(valid_text, names | wrong_types),
+    )
+)
+def test_operator_actions_refuse_cleanly_or_act_on_ints(args):
+    job_ids, requested_by, queue = args["job_ids"], args["requested_by"], args["queue"]
     with example_savepoint():
         for action in (
             lambda: run_now(job_ids, requested_by=requested_by),
@@ -250,8 +316,15 @@ def test_operator_actions_refuse_cleanly_or_act_on_ints(job_ids, requested_by, q
                 assert isinstance(outcome, (list, int))
 
 
-@given(job_id=numbers | wrong_types | any_text, request_id=names | wrong_types, reason=any_text | wrong_types)
-def test_cancel_and_redrive_refuse_cleanly_or_look_the_job_up(job_id, request_id, reason):
+@given(
+    args=arguments(
+        job_id=(st.integers(1, MAX_ID), numbers | wrong_types | any_text),
+        request_id=(valid_text, names | wrong_types),
+        reason=(valid_text | st.just(""), any_text | wrong_types),
+    )
+)
+def test_cancel_and_redrive_refuse_cleanly_or_look_the_job_up(args):
+    job_id, request_id, reason = args["job_id"], args["request_id"], args["reason"]
     with example_savepoint():
         for action in (lambda: cancel(job_id), lambda: redrive(job_id, request_id=request_id, reason=reason)):
             try:
@@ -260,8 +333,15 @@ def test_cancel_and_redrive_refuse_cleanly_or_look_the_job_up(job_id, request_id
                 assert isinstance(job_id, int) and 1 <= job_id <= MAX_ID
 
 
-@given(value=json_values, label=any_text | wrong_types | numbers, key=key_strategy())
-def test_task_calls_refuse_cleanly_or_store_the_bound_arguments(value, label, key):
+@given(
+    args=arguments(
+        value=(valid_json, json_values),
+        label=(valid_text, any_text | wrong_types | numbers),
+        key=(valid_text, key_strategy()),
+    )
+)
+def test_task_calls_refuse_cleanly_or_store_the_bound_arguments(args):
+    value, label, key = args["value"], args["label"], args["key"]
     with example_savepoint():
         for call in (
             lambda: echo.enqueue_with_result(value, label=label),

@@ -34,6 +34,7 @@ from django_workhorse.models import JOB_DEADLINE_CHECK, JOB_RUN_AT_CHECK, Effect
 from django_workhorse.operations import release_bindings, run_now
 from django_workhorse.storable import json_depth, storable_text
 from tests.conftest import count_rows
+from tests.values import nested
 
 pytestmark = pytest.mark.django_db
 
@@ -54,13 +55,6 @@ def refused_in_atomic(error: type[Exception], call: Callable[[], Any]) -> Except
         good = django_workhorse.enqueue("tests.noop", {"after": "refusal"})
     assert Job.objects.filter(pk=good).exists()
     return info.value
-
-
-def nested(depth: int) -> Any:
-    value: Any = 1
-    for _ in range(depth):
-        value = [value]
-    return value
 
 
 # -- text ------------------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from django_workhorse import RetryPolicy, enqueue
 from django_workhorse.models import Job, JobStatus
 from django_workhorse.registry import register
+from tests.values import nested
 from tests.worker_tasks import CALLS, NotTextError, UnprintableError, run_worker
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -67,13 +68,6 @@ class OddStrError(Exception):
 
     def __str__(self) -> str:
         return self.text
-
-
-def nested(depth: int) -> Any:
-    value: Any = 0
-    for _ in range(depth):
-        value = [value]
-    return value
 
 
 json_like = st.recursive(
