@@ -7,14 +7,22 @@ from typing import TYPE_CHECKING, Any
 
 from django_workhorse.exceptions import (
     AttemptTimeoutError,
+    CheckpointNotStorableError,
+    EffectAlreadyDoneError,
+    EffectInFlightError,
+    EffectValidationError,
     EnqueueIdempotencyConflictError,
     EnqueueValidationError,
     HandlerNotRegisteredError,
+    InvalidArgumentError,
     JobCancelledError,
     JobDoesNotExist,
     JobNotDeadError,
+    KeyNotSettledError,
     LeaseLostError,
     RedriveConflictError,
+    ResultNotStorableError,
+    WorkerThreadError,
     WorkhorseError,
 )
 from django_workhorse.retry import RetryPolicy
@@ -34,7 +42,7 @@ from django_workhorse.types import (
 if TYPE_CHECKING:
     from django_workhorse.cancellation import cancel
     from django_workhorse.dead_letters import redrive
-    from django_workhorse.effects import EffectAlreadyDoneError, EffectValidationError, Operation, once, once_block
+    from django_workhorse.effects import Operation, once, once_block
     from django_workhorse.enqueuing import (
         aenqueue,
         aenqueue_many,
@@ -74,8 +82,6 @@ _LAZY = {
     "once": "django_workhorse.effects",
     "once_block": "django_workhorse.effects",
     "Operation": "django_workhorse.effects",
-    "EffectValidationError": "django_workhorse.effects",
-    "EffectAlreadyDoneError": "django_workhorse.effects",
 }
 
 
@@ -89,8 +95,10 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "AttemptTimeoutError",
+    "CheckpointNotStorableError",
     "Debounce",
     "EffectAlreadyDoneError",
+    "EffectInFlightError",
     "EffectValidationError",
     "EnqueueIdempotencyConflictError",
     "EnqueueOptions",
@@ -100,19 +108,23 @@ __all__ = [
     "EnqueueValidationError",
     "HandlerContext",
     "HandlerNotRegisteredError",
+    "InvalidArgumentError",
     "JobCancelledError",
     "Idempotency",
     "JobDoesNotExist",
     "JobId",
     "JobNotDeadError",
+    "KeyNotSettledError",
     "LeaseLostError",
     "NonReplaceableReason",
     "Operation",
     "RedriveConflictError",
+    "ResultNotStorableError",
     "RetryPolicy",
     "Task",
     "Throttle",
     "Unique",
+    "WorkerThreadError",
     "WorkhorseError",
     "__version__",
     "aenqueue",

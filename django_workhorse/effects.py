@@ -23,7 +23,12 @@ from django.db import router, transaction
 
 from django_workhorse import conf, sql
 from django_workhorse.conf import app_settings
-from django_workhorse.exceptions import InvalidArgumentError, WorkhorseError
+from django_workhorse.exceptions import (
+    EffectAlreadyDoneError,
+    EffectInFlightError,
+    EffectValidationError,
+    KeyNotSettledError,
+)
 from django_workhorse.fingerprint import key_digest, key_hash, key_preview
 from django_workhorse.models import EffectRecord
 from django_workhorse.storable import check_json
@@ -41,18 +46,6 @@ MAX_EFFECT_RETENTION = timedelta(days=365)
 # An entry can change hands between our statements (expired and taken over, pruned); each round
 # reads it again. Needing more than a few rounds means something is badly wrong.
 MAX_ROUNDS = 8
-
-
-class EffectValidationError(InvalidArgumentError):
-    """An argument of the effect ledger is out of its bounds; nothing was written or run."""
-
-
-class EffectAlreadyDoneError(WorkhorseError):
-    """A ``once_block`` tried to record a result for an operation that is already done.
-
-    The block ran the effect again instead of checking ``op.done``; raising rolls back what it
-    wrote, and the stored result stays as it was.
-    """
 
 
 class Operation:
@@ -175,14 +168,16 @@ def _claim(alias: str, scope: str, hashed: bytes, preview: str, retention: timed
             if entry.result_json is None:
                 # Another transaction's claim is never visible before its result is stored; this
                 # transaction's own claim is, when once() is nested with the same key.
-                raise WorkhorseError(
+                raise EffectInFlightError(
                     f"operation {preview} [{key_digest(hashed)}] in scope {scope!r} is in flight in this very "
                     "transaction: once() was nested with its own key"
                 )
             return entry
         if sql.take_over_effect(alias, seen_id=entry.id, key_preview=preview, retention=retention):
             return sql.EffectEntry(claimed=True, id=entry.id, result_json=None, live=True)
-    raise WorkhorseError(f"the effect ledger did not settle after {MAX_ROUNDS} rounds; the entry keeps changing hands")
+    raise KeyNotSettledError(
+        f"the effect ledger did not settle after {MAX_ROUNDS} rounds; the entry keeps changing hands"
+    )
 
 
 def _check(key: Any, scope: Any, retention: Any) -> None:

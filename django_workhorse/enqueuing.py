@@ -17,7 +17,7 @@ from django.db import router, transaction
 
 from django_workhorse import conf, eager, sql
 from django_workhorse.conf import app_settings
-from django_workhorse.exceptions import EnqueueIdempotencyConflictError, EnqueueValidationError, WorkhorseError
+from django_workhorse.exceptions import EnqueueIdempotencyConflictError, EnqueueValidationError, KeyNotSettledError
 from django_workhorse.fingerprint import differing_fields
 from django_workhorse.models import Job
 from django_workhorse.types import EnqueueOptions, EnqueueOutcome, EnqueueRequest, EnqueueResult, JobId, KeyMode
@@ -199,7 +199,7 @@ def _settle(alias: str, pending: dict[int, PreparedJob], results: dict[int, Enqu
         if not retry:
             return
         pending = retry
-    raise WorkhorseError(f"enqueue did not settle after {MAX_ROUNDS} rounds; the keys keep changing hands")
+    raise KeyNotSettledError(f"enqueue did not settle after {MAX_ROUNDS} rounds; the keys keep changing hands")
 
 
 def _resolve(

@@ -133,6 +133,30 @@ class RedriveConflictError(WorkhorseError):
         )
 
 
+class KeyNotSettledError(WorkhorseError):
+    """A key (of enqueue or of the effect ledger) changed hands between every one of our statements.
+
+    Each round re-reads the key after another transaction expired, pruned or took it over; needing
+    more than a few rounds means something keeps deleting or replacing it. Nothing was written.
+    """
+
+
+class EffectValidationError(InvalidArgumentError):
+    """An argument of the effect ledger is out of its bounds; nothing was written or run."""
+
+
+class EffectAlreadyDoneError(WorkhorseError):
+    """A ``once_block`` tried to record a result for an operation that is already done.
+
+    The block ran the effect again instead of checking ``op.done``; raising rolls back what it
+    wrote, and the stored result stays as it was.
+    """
+
+
+class EffectInFlightError(WorkhorseError):
+    """``once()`` was nested with its own key: the operation is in flight in this very transaction."""
+
+
 class AttemptTimeoutError(WorkhorseError, TimeoutError):
     """The attempt ran past the job's ``timeout``; the handler was asked to stop."""
 

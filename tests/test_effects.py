@@ -16,6 +16,7 @@ from django.db import connection, transaction
 
 from django_workhorse import (
     EffectAlreadyDoneError,
+    EffectInFlightError,
     EffectValidationError,
     HandlerContext,
     WorkhorseError,
@@ -269,7 +270,7 @@ def test_a_caller_rollback_after_once_forgets_the_operation():
 
 
 def test_once_nested_with_its_own_key_is_refused():
-    with pytest.raises(WorkhorseError, match="nested"):
+    with pytest.raises(EffectInFlightError, match="nested"):
         once(KEY, lambda: once(KEY, lambda: 1))
     assert not EffectRecord.objects.exists()
 

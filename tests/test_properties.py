@@ -28,8 +28,12 @@ from django_workhorse import Debounce, EnqueueRequest, Idempotency, Throttle, Un
 from django_workhorse.cancellation import cancel
 from django_workhorse.conf import MAX_ID, MAX_JSON_DEPTH
 from django_workhorse.dead_letters import redrive
-from django_workhorse.effects import EffectValidationError
-from django_workhorse.exceptions import EnqueueValidationError, InvalidArgumentError, JobDoesNotExist
+from django_workhorse.exceptions import (
+    EffectValidationError,
+    EnqueueValidationError,
+    InvalidArgumentError,
+    JobDoesNotExist,
+)
 from django_workhorse.maintenance import purge
 from django_workhorse.models import Job
 from django_workhorse.operations import release_bindings, run_now

@@ -27,8 +27,7 @@ from django_workhorse import (
 from django_workhorse.cancellation import cancel
 from django_workhorse.conf import MAX_ID, MAX_JSON_DEPTH
 from django_workhorse.dead_letters import redrive
-from django_workhorse.effects import EffectValidationError
-from django_workhorse.exceptions import InvalidArgumentError, JobDoesNotExist
+from django_workhorse.exceptions import EffectValidationError, InvalidArgumentError, JobDoesNotExist
 from django_workhorse.maintenance import purge
 from django_workhorse.models import JOB_DEADLINE_CHECK, JOB_RUN_AT_CHECK, EffectRecord, Job
 from django_workhorse.operations import release_bindings, run_now

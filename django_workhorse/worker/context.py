@@ -12,10 +12,10 @@ from typing import TypeVar
 
 from django_workhorse import sql
 from django_workhorse.conf import app_settings
-from django_workhorse.effects import EffectValidationError
 from django_workhorse.exceptions import (
     AttemptTimeoutError,
     CheckpointNotStorableError,
+    EffectValidationError,
     JobCancelledError,
     LeaseLostError,
 )
