@@ -40,8 +40,7 @@ from django_workhorse.types import (
 )
 
 if TYPE_CHECKING:
-    from django_workhorse.cancellation import cancel
-    from django_workhorse.dead_letters import redrive
+    from django_workhorse.actions import cancel, purge, redrive
     from django_workhorse.effects import Operation, once, once_block
     from django_workhorse.enqueuing import (
         aenqueue,
@@ -51,7 +50,7 @@ if TYPE_CHECKING:
         enqueue_many,
         enqueue_with_result,
     )
-    from django_workhorse.maintenance import prune_expired_bindings, prune_expired_effects, purge
+    from django_workhorse.maintenance import prune_expired_bindings, prune_expired_effects
     from django_workhorse.registry import register
     from django_workhorse.tasks import Task, task
     from django_workhorse.worker import HandlerContext
@@ -70,12 +69,12 @@ _LAZY = {
     "aenqueue_many": "django_workhorse.enqueuing",
     "enqueue_with_result": "django_workhorse.enqueuing",
     "enqueue_many": "django_workhorse.enqueuing",
-    "purge": "django_workhorse.maintenance",
+    "purge": "django_workhorse.actions",
     "prune_expired_bindings": "django_workhorse.maintenance",
     "prune_expired_effects": "django_workhorse.maintenance",
     "register": "django_workhorse.registry",
-    "cancel": "django_workhorse.cancellation",
-    "redrive": "django_workhorse.dead_letters",
+    "cancel": "django_workhorse.actions",
+    "redrive": "django_workhorse.actions",
     "task": "django_workhorse.tasks",
     "Task": "django_workhorse.tasks",
     "HandlerContext": "django_workhorse.worker",

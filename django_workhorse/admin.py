@@ -56,11 +56,9 @@ from django.utils.text import Truncator
 from django.views.decorators.debug import sensitive_post_parameters
 
 from django_workhorse import conf, stats
-from django_workhorse.cancellation import cancel
-from django_workhorse.dead_letters import redrive
+from django_workhorse.actions import cancel, purge, redrive, release_bindings, run_now
 from django_workhorse.exceptions import WorkhorseError
 from django_workhorse.fingerprint import key_hash
-from django_workhorse.maintenance import purge
 from django_workhorse.models import (
     TERMINAL_STATUSES,
     Checkpoint,
@@ -72,7 +70,6 @@ from django_workhorse.models import (
     Redrive,
     WorkerRecord,
 )
-from django_workhorse.operations import release_bindings, run_now
 from django_workhorse.storable import check_text
 from django_workhorse.types import KeyMode
 

@@ -1,19 +1,17 @@
-"""Housekeeping: purge queued jobs, prune expired bindings, effect records, finished jobs and stale workers."""
+"""Housekeeping: prune expired bindings, effect records, finished jobs and stale workers; reclaim leases."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
 from django.db import router
 
-from django_workhorse import conf, sql
+from django_workhorse import sql
 from django_workhorse.conf import app_settings
-from django_workhorse.exceptions import InvalidArgumentError
 from django_workhorse.models import EffectRecord, IdempotencyBinding, Job
-from django_workhorse.storable import check_ids, check_text
 
 logger = logging.getLogger(__name__)
 PRUNE_CHUNK = 5000
@@ -29,24 +27,6 @@ class MaintenanceReport:
     finished_jobs: int = 0
     stale_workers: int = 0
     expired_effects: int = 0
-
-
-def purge(*, queue: str | None = None, job_ids: Sequence[int] | None = None, using: str | None = None) -> int:
-    """Delete queued jobs of ``queue`` (or the given ids) and release their keys at once.
-
-    Running and finished jobs are never purged. Return how many jobs were deleted. Raise
-    ``InvalidArgumentError`` if neither ``queue`` nor ``job_ids`` is given (so nothing is purged by
-    accident) or for a bad one (``job_ids`` is a sequence of ints, never a string).
-    """
-    if queue is None and job_ids is None:
-        raise InvalidArgumentError(field="queue, job_ids", bound="given (at least one of them)")
-    if queue is not None:
-        check_text(queue, "queue", max_chars=conf.MAX_QUEUE_CHARS)
-    if job_ids is not None:
-        job_ids = check_ids(job_ids, "job_ids")
-    count = sql.purge_queued(using or router.db_for_write(Job), queue=queue, job_ids=job_ids)
-    logger.info("Purged queued jobs count=%s queue=%s", count, queue)
-    return count
 
 
 def prune_expired_bindings(*, using: str | None = None, chunk: int = PRUNE_CHUNK) -> int:

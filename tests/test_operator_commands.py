@@ -13,8 +13,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
-from django_workhorse import EnqueueOutcome, Idempotency, enqueue, enqueue_with_result
-from django_workhorse.management.commands import workhorse_purge
+from django_workhorse import EnqueueOutcome, Idempotency, actions, enqueue, enqueue_with_result, sql
 from django_workhorse.management.commands.workhorse_status import human_age
 from django_workhorse.models import IdempotencyBinding, Job, JobEvent, JobStatus, Redrive, WorkerRecord
 from tests.factories import JobFactory
@@ -321,15 +320,15 @@ def test_purge_is_quiet_at_verbosity_0():
 
 @pytest.mark.django_db(transaction=True)
 def test_purge_deletes_a_large_queue_in_chunks_of_ids(monkeypatch):
-    monkeypatch.setattr(workhorse_purge, "PURGE_CHUNK", 2)
+    monkeypatch.setattr(actions, "PURGE_CHUNK", 2)
     calls: list[dict[str, Any]] = []
-    real_purge = workhorse_purge.purge
+    real_statement = sql.purge_queued
 
-    def spy(**kwargs: Any) -> int:
+    def spy(alias: str, **kwargs: Any) -> int:  # the real statement, one call per chunk
         calls.append(kwargs)
-        return real_purge(**kwargs)
+        return real_statement(alias, **kwargs)
 
-    monkeypatch.setattr(workhorse_purge, "purge", spy)
+    monkeypatch.setattr(sql, "purge_queued", spy)
     ids = [enqueue("t", {"n": n}, queue="mail") for n in range(5)]
     enqueue("t", {"n": 9}, queue="other")
 
@@ -554,3 +553,13 @@ def test_redrive_is_quiet_at_verbosity_0_but_still_reports_failures():
     assert run("workhorse_redrive", str(source.pk), verbosity=0) == ("", "")
     _, out, err = fails("workhorse_redrive", "999999", verbosity=0)
     assert (out, err) == ("", "Job 999999 does not exist.\n")
+
+
+def test_purge_reports_each_chunk_it_deletes(monkeypatch):
+    monkeypatch.setattr(actions, "PURGE_CHUNK", 2)
+    for n in range(5):
+        enqueue("t", {"n": n}, queue="mail")
+    chunks: list[int] = []
+    assert actions.purge(queue="mail", on_progress=chunks.append) == 5
+    assert chunks == [2, 2, 1]
+    assert not Job.objects.exists()

@@ -25,18 +25,15 @@ from hypothesis import strategies as st
 
 import django_workhorse
 from django_workhorse import Debounce, EnqueueRequest, Idempotency, Throttle, Unique, once, task
-from django_workhorse.cancellation import cancel
+from django_workhorse.actions import cancel, purge, redrive, release_bindings, run_now
 from django_workhorse.conf import MAX_ID, MAX_JSON_DEPTH
-from django_workhorse.dead_letters import redrive
 from django_workhorse.exceptions import (
     EffectValidationError,
     EnqueueValidationError,
     InvalidArgumentError,
     JobDoesNotExist,
 )
-from django_workhorse.maintenance import purge
 from django_workhorse.models import Job
-from django_workhorse.operations import release_bindings, run_now
 from tests.conftest import count_rows
 from tests.values import as_stored, nested, read_back
 

@@ -2,37 +2,14 @@
 
 from __future__ import annotations
 
-import argparse
-from collections.abc import Iterable, Iterator
-from itertools import islice
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import router
 
-from django_workhorse.maintenance import purge
-from django_workhorse.models import Job, JobStatus
+from django_workhorse.actions import purge, purgeable
+from django_workhorse.exceptions import InvalidArgumentError
+from django_workhorse.management.arguments import job_id
 from django_workhorse.progress import Progress
-
-PURGE_CHUNK = 1000
-
-
-def job_id(text: str) -> int:
-    """Parse a job id: a positive integer."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError("must be a job id (a positive integer)") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be a job id (a positive integer)")
-    return value
-
-
-def chunked(ids: Iterable[int], size: int) -> Iterator[list[int]]:
-    """Yield lists of up to ``size`` ids."""
-    it = iter(ids)
-    while chunk := list(islice(it, size)):
-        yield chunk
 
 
 class Command(BaseCommand):
@@ -68,12 +45,11 @@ class Command(BaseCommand):
     ) -> None:
         if queue is None and not job_ids:
             raise CommandError("Give --queue NAME or --job ID: refusing to purge without a filter.")
-        alias = database or router.db_for_write(Job)
-        queued = Job.objects.using(alias).filter(status=JobStatus.QUEUED)
-        if queue is not None:
-            queued = queued.filter(queue=queue)
+        try:
+            queued = purgeable(queue=queue, job_ids=job_ids, using=database)
+        except InvalidArgumentError as exc:
+            raise CommandError(str(exc)) from exc
         if job_ids:
-            queued = queued.filter(pk__in=job_ids)
             self._report_skipped(job_ids, set(queued.values_list("pk", flat=True)), queue)
         where = "" if queue is None else f" from queue {queue}"
         total = queued.count()
@@ -81,12 +57,8 @@ class Command(BaseCommand):
             if verbosity:
                 self.stdout.write(f"Would purge {total} queued job(s){where}.")
             return
-        purged = 0
-        ids = queued.order_by("pk").values_list("pk", flat=True).iterator(chunk_size=PURGE_CHUNK)
         with Progress(total=total, desc="Purging", stream=self.stderr, enabled=not no_progress) as bar:
-            for chunk in chunked(ids, PURGE_CHUNK):
-                purged += purge(queue=queue, job_ids=chunk, using=alias)
-                bar.update(len(chunk))
+            purged = purge(queue=queue, job_ids=job_ids, using=database, on_progress=bar.update)
         if verbosity:
             self.stdout.write(f"Purged {purged} queued job(s){where}.")
 

@@ -12,15 +12,16 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import router
 
-from django_workhorse.dead_letters import redrive
+from django_workhorse import conf
+from django_workhorse.actions import plan_redrive, redrive
 from django_workhorse.exceptions import JobDoesNotExist, JobNotDeadError, RedriveConflictError
-from django_workhorse.management.commands.workhorse_purge import job_id
-from django_workhorse.models import Job, JobStatus, Redrive
+from django_workhorse.management.arguments import job_id
+from django_workhorse.models import Job, JobStatus
 from django_workhorse.progress import Progress
 
 FETCH_CHUNK = 1000
-MAX_REQUEST_ID_CHARS = 160  # leaves room for ":<job id>" in the 200 characters of Redrive.request_id
-MAX_REQUESTED_BY_CHARS = 200
+# Leaves room for ":<job id>" (at most 20 digits) in a request id.
+MAX_REQUEST_ID_CHARS = conf.MAX_REQUEST_ID_CHARS - 40
 
 
 def request_id_prefix(text: str) -> str:
@@ -36,7 +37,7 @@ def cli_requester() -> str:
         user = getpass.getuser()
     except (ImportError, KeyError, OSError):
         return "cli"
-    return f"cli:{user}"[:MAX_REQUESTED_BY_CHARS] if user else "cli"
+    return f"cli:{user}"[: conf.MAX_REQUESTED_BY_CHARS] if user else "cli"
 
 
 @dataclass
@@ -140,39 +141,34 @@ class Command(BaseCommand):
 
     def _redrive(self, job: _Candidate, tally: _Tally) -> None:
         request_id = f"{self.request_id}:{job.pk}" if self.request_id else f"cli:{job.pk}:{job.attempt}"
-        earlier = (
-            Redrive.objects.using(self.alias)
-            .filter(source_id=job.pk, request_id=request_id)
-            .values_list("new_job_id", "requested_by", "reason")
-            .first()
-        )
-        if self.dry_run:
-            if earlier is None:
-                tally.redriven += 1
-                self._say(f"Would redrive job {job.pk} ({job.job_type} on queue {job.queue}).")
-            elif (earlier[1], earlier[2]) != (self.requested_by, self.reason):
-                self._fail(
-                    f"Job {job.pk} would not be redriven: request id {request_id} already created job "
-                    f"{earlier[0]} with a different requester or reason.",
-                    tally,
-                )
-            else:
-                tally.already += 1
-                self._say(f"Job {job.pk} was already redriven as {earlier[0]} (request id {request_id}).")
-            return
+        request = {"request_id": request_id, "requested_by": self.requested_by, "reason": self.reason}
         try:
-            new_id = redrive(
-                job.pk, request_id=request_id, requested_by=self.requested_by, reason=self.reason, using=self.alias
-            )
-        except (JobDoesNotExist, JobNotDeadError, RedriveConflictError) as exc:
+            earlier = plan_redrive(job.pk, **request, using=self.alias).new_job_id
+            if self.dry_run:
+                self._report(job, request_id, earlier, tally)
+                return
+            new_id = redrive(job.pk, **request, using=self.alias)
+        except RedriveConflictError as exc:
+            verb = "would not be" if self.dry_run else "was not"
+            self._fail(f"Job {job.pk} {verb} redriven: {exc}.", tally)
+            return
+        except (JobDoesNotExist, JobNotDeadError) as exc:
             self._fail(f"Job {job.pk} was not redriven: {exc}.", tally)
             return
-        if earlier is None:
+        self._report(job, request_id, earlier if earlier is not None else None, tally, new_id=new_id)
+
+    def _report(
+        self, job: _Candidate, request_id: str, earlier: int | None, tally: _Tally, *, new_id: int | None = None
+    ) -> None:
+        if earlier is not None:
+            tally.already += 1
+            self._say(f"Job {job.pk} was already redriven as {earlier} (request id {request_id}).")
+        elif new_id is None:
+            tally.redriven += 1
+            self._say(f"Would redrive job {job.pk} ({job.job_type} on queue {job.queue}).")
+        else:
             tally.redriven += 1
             self._say(f"Redrove job {job.pk} as {new_id}.")
-        else:
-            tally.already += 1
-            self._say(f"Job {job.pk} was already redriven as {new_id} (request id {request_id}).")
 
     def _fail(self, message: str, tally: _Tally) -> None:
         tally.failed += 1

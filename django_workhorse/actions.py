@@ -1,0 +1,214 @@
+"""Operator actions: cancel, run now, release keys, redrive dead jobs, purge queued jobs.
+
+The twin of ``sql/actions.py``: the admin's actions and the management commands call these and
+nothing else. Every action checks its arguments before any SQL (``InvalidArgumentError``) and
+records who asked (``requested_by``) in the affected jobs' events; purge, which deletes the jobs
+and their history, cannot, so the admin records it in Django's admin log.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import router
+from django.db.models import QuerySet
+
+from django_workhorse import conf, sql
+from django_workhorse.conf import app_settings
+from django_workhorse.exceptions import InvalidArgumentError, JobDoesNotExist, JobNotDeadError, RedriveConflictError
+from django_workhorse.models import IdempotencyBinding, Job, JobStatus, Redrive
+from django_workhorse.storable import check_id, check_ids, check_text
+from django_workhorse.types import JobId
+
+logger = logging.getLogger(__name__)
+PURGE_CHUNK = 1000
+
+
+def cancel(job_id: int, *, requested_by: str = "", using: str | None = None) -> JobStatus:
+    """Cancel job ``job_id`` and return its status before the request.
+
+    A queued job becomes ``cancelled``. A running job is asked to stop: its handler sees
+    ``ctx.cancelled`` within a heartbeat (lease / 3) and should return or call
+    ``ctx.raise_if_cancelled()``; the job then ends ``cancelled``. A finished job is left alone.
+    Raise ``JobDoesNotExist`` if there is no such job, ``InvalidArgumentError`` for a bad argument.
+    """
+    check_id(job_id, "job_id")
+    status = sql.cancel(_alias(using), job_id, check_requested_by(requested_by))
+    if status is None:
+        raise JobDoesNotExist(f"no job has id {job_id}")
+    return JobStatus(status)
+
+
+def run_now(job_ids: Sequence[int], *, requested_by: str = "", using: str | None = None) -> list[int]:
+    """Make the given queued, scheduled jobs due now and wake the workers; return the ids moved.
+
+    Raise ``InvalidArgumentError`` unless ``job_ids`` is a sequence of ints (a string is not).
+    """
+    ids = check_ids(job_ids, "job_ids")
+    return sql.run_now(_alias(using), ids, check_requested_by(requested_by), app_settings.NOTIFY_CHANNEL)
+
+
+def release_bindings(binding_ids: Sequence[int], *, requested_by: str = "", using: str | None = None) -> list[int]:
+    """Delete the given bindings, so their keys are free at once; return the ids of the jobs they named.
+
+    The jobs themselves are untouched; the next request with a released key creates a new job.
+    Raise ``InvalidArgumentError`` unless ``binding_ids`` is a sequence of ints.
+    """
+    ids = check_ids(binding_ids, "binding_ids")
+    alias = using or router.db_for_write(IdempotencyBinding)
+    return sql.release_bindings(alias, ids, check_requested_by(requested_by))
+
+
+# -- redrive -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RedrivePlan:
+    """What :func:`redrive` would do for a request: create a job, or return the one it created."""
+
+    new_job_id: JobId | None  # the job an earlier request with this id created; None: a new one
+
+
+def redrive(
+    job_id: int, *, request_id: str, requested_by: str = "", reason: str = "", using: str | None = None
+) -> JobId:
+    """Run dead job ``job_id`` again as a new job and return the new job's id.
+
+    The new job copies the type, queue, payload, priority, tags, attempt budget, retry policy and
+    timeout; its deadline is cleared and checkpoints are not copied. The lineage is recorded. A
+    repeat with the same ``request_id`` returns the same new job; one with a different
+    ``requested_by`` or ``reason`` raises ``RedriveConflictError``. Raise ``JobDoesNotExist`` or
+    ``JobNotDeadError`` when there is no dead job ``job_id``, ``InvalidArgumentError`` for a bad argument.
+    """
+    _check_redrive(job_id, request_id, requested_by, reason)
+    alias = _alias(using)
+    row = sql.redrive(
+        alias,
+        source_id=job_id,
+        request_id=request_id,
+        requested_by=requested_by,
+        reason=reason,
+        channel=app_settings.NOTIFY_CHANNEL,
+    )
+    if row is None:  # not dead, missing, or redriven by a transaction our snapshot could not see
+        row = sql.find_redrive(alias, source_id=job_id, request_id=request_id)
+    if row is None:
+        raise _not_redrivable(alias, job_id)
+    created, new_job_id, stored_by, stored_reason = row
+    if created:
+        logger.info("Redrove job id=%s as id=%s request_id=%s", job_id, new_job_id, request_id)
+        return new_job_id
+    _check_same_redrive(job_id, request_id, new_job_id, (stored_by, stored_reason), (requested_by, reason))
+    return new_job_id
+
+
+def plan_redrive(
+    job_id: int, *, request_id: str, requested_by: str = "", reason: str = "", using: str | None = None
+) -> RedrivePlan:
+    """Say what :func:`redrive` would do with these arguments, writing nothing (for dry runs).
+
+    Raise what :func:`redrive` would raise: ``JobDoesNotExist``, ``JobNotDeadError``,
+    ``RedriveConflictError`` or ``InvalidArgumentError``.
+    """
+    _check_redrive(job_id, request_id, requested_by, reason)
+    alias = _alias(using)
+    earlier = (
+        Redrive.objects.using(alias)
+        .filter(source_id=job_id, request_id=request_id)
+        .values_list("new_job_id", "requested_by", "reason")
+        .first()
+    )
+    if earlier is None:
+        if not Job.objects.using(alias).filter(pk=job_id, status=JobStatus.DEAD).exists():
+            raise _not_redrivable(alias, job_id)
+        return RedrivePlan(new_job_id=None)
+    new_job_id, stored_by, stored_reason = earlier
+    _check_same_redrive(job_id, request_id, new_job_id, (stored_by, stored_reason), (requested_by, reason))
+    return RedrivePlan(new_job_id=new_job_id)
+
+
+def _check_redrive(job_id: Any, request_id: Any, requested_by: Any, reason: Any) -> None:
+    check_id(job_id, "job_id")
+    check_text(request_id, "request_id", max_chars=conf.MAX_REQUEST_ID_CHARS)
+    check_requested_by(requested_by)
+    check_text(reason, "reason", max_chars=conf.MAX_REASON_CHARS, allow_empty=True)
+
+
+def _check_same_redrive(
+    job_id: int, request_id: str, new_job_id: int, stored: tuple[str, str], requested: tuple[str, str]
+) -> None:
+    """A request id used again must come from the same requester with the same reason."""
+    differs = [name for name, a, b in zip(("requested_by", "reason"), stored, requested, strict=True) if a != b]
+    if differs:
+        raise RedriveConflictError(
+            source_id=job_id, request_id=request_id, new_job_id=new_job_id, conflicting_fields=differs
+        )
+
+
+def _not_redrivable(alias: str, job_id: int) -> Exception:
+    status = Job.objects.using(alias).filter(pk=job_id).values_list("status", flat=True).first()
+    return JobDoesNotExist(f"no job has id {job_id}") if status is None else JobNotDeadError(job_id, status)
+
+
+# -- purge -------------------------------------------------------------------------------------------
+
+
+def purgeable(
+    *, queue: str | None = None, job_ids: Sequence[int] | None = None, using: str | None = None
+) -> QuerySet[Job]:
+    """The queued jobs :func:`purge` would delete now (for previews and dry runs)."""
+    queue, ids = _check_purge(queue, job_ids)
+    jobs: QuerySet[Job] = Job.objects.using(_alias(using)).filter(status=JobStatus.QUEUED)
+    if queue is not None:
+        jobs = jobs.filter(queue=queue)
+    return jobs if ids is None else jobs.filter(pk__in=ids)
+
+
+def purge(
+    *,
+    queue: str | None = None,
+    job_ids: Sequence[int] | None = None,
+    using: str | None = None,
+    on_progress: Callable[[int], None] | None = None,
+) -> int:
+    """Delete queued jobs of ``queue`` (or the given ids, or both filters) and release their keys at once.
+
+    Running and finished jobs are never purged. Jobs go in chunks of 1,000, one statement each;
+    ``on_progress(count)`` is called after each. Return how many jobs were deleted. Raise
+    ``InvalidArgumentError`` if neither ``queue`` nor ``job_ids`` is given (so nothing is purged by
+    accident) or for a bad one (``job_ids`` is a sequence of ints, never a string).
+    """
+    alias = _alias(using)
+    jobs = purgeable(queue=queue, job_ids=job_ids, using=alias).order_by("pk")
+    ids = iter(jobs.values_list("pk", flat=True).iterator(chunk_size=PURGE_CHUNK))
+    purged = 0
+    while chunk := list(itertools.islice(ids, PURGE_CHUNK)):
+        purged += sql.purge_queued(alias, queue=queue, job_ids=chunk)
+        if on_progress is not None:
+            on_progress(len(chunk))
+    logger.info("Purged queued jobs count=%s queue=%s", purged, queue)
+    return purged
+
+
+def _check_purge(queue: Any, job_ids: Any) -> tuple[str | None, list[int] | None]:
+    if queue is None and job_ids is None:
+        raise InvalidArgumentError(field="queue, job_ids", bound="given (at least one of them)")
+    if queue is not None:
+        check_text(queue, "queue", max_chars=conf.MAX_QUEUE_CHARS)
+    return queue, None if job_ids is None else check_ids(job_ids, "job_ids")
+
+
+# -- shared ------------------------------------------------------------------------------------------
+
+
+def check_requested_by(value: Any) -> str:
+    """Check who asked for an operator action: storable text of at most 200 characters ("" allowed)."""
+    return check_text(value, "requested_by", max_chars=conf.MAX_REQUESTED_BY_CHARS, allow_empty=True)
+
+
+def _alias(using: str | None) -> str:
+    return using or router.db_for_write(Job)
