@@ -42,7 +42,7 @@ from django_workhorse.types import (
 if TYPE_CHECKING:
     from django_workhorse.actions import cancel, purge, redrive
     from django_workhorse.effects import Operation, once, once_block
-    from django_workhorse.enqueuing import (
+    from django_workhorse.enqueue_api import (
         aenqueue,
         aenqueue_many,
         aenqueue_with_result,
@@ -63,12 +63,12 @@ except PackageNotFoundError:  # pragma: no cover (running from a source tree)
 # Functions that touch models are imported lazily, so `import django_workhorse` works before
 # Django's app registry is ready (settings modules import it for the value objects).
 _LAZY = {
-    "enqueue": "django_workhorse.enqueuing",
-    "aenqueue": "django_workhorse.enqueuing",
-    "aenqueue_with_result": "django_workhorse.enqueuing",
-    "aenqueue_many": "django_workhorse.enqueuing",
-    "enqueue_with_result": "django_workhorse.enqueuing",
-    "enqueue_many": "django_workhorse.enqueuing",
+    "enqueue": "django_workhorse.enqueue_api",
+    "aenqueue": "django_workhorse.enqueue_api",
+    "aenqueue_with_result": "django_workhorse.enqueue_api",
+    "aenqueue_many": "django_workhorse.enqueue_api",
+    "enqueue_with_result": "django_workhorse.enqueue_api",
+    "enqueue_many": "django_workhorse.enqueue_api",
     "purge": "django_workhorse.actions",
     "prune_expired_bindings": "django_workhorse.maintenance",
     "prune_expired_effects": "django_workhorse.maintenance",

@@ -1,6 +1,6 @@
 """Jobs, the bindings that give keyed requests their owner, the job history and the effect ledger.
 
-Constraint and index names are module constants: ``enqueuing.py`` and the ``sql`` package refer to them, so
+Constraint and index names are module constants: ``enqueue_api.py`` and the ``sql`` package refer to them, so
 a rename cannot silently break the code that translates their violations.
 """
 

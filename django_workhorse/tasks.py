@@ -65,7 +65,7 @@ class Task(Generic[P, R]):
         ``idempotency_key`` (both in ``unique`` mode), then a key derived from the call when
         ``idempotent`` (default: the task's ``idempotent=``) is true.
         """
-        from django_workhorse.enqueuing import enqueue_with_result
+        from django_workhorse.enqueue_api import enqueue_with_result
 
         request = self.as_request(
             args, kwargs, unique_key=unique_key, idempotency_key=idempotency_key, idempotent=idempotent, **options

@@ -17,11 +17,11 @@ from django_workhorse.exceptions import EnqueueValidationError
 from django_workhorse.fingerprint import (
     canonical_json,
     field_digest,
-    key_digest,
     key_hash,
     key_preview,
     request_digest,
 )
+from django_workhorse.prepared import PreparedBinding, PreparedJob
 from django_workhorse.retry import DEFAULT_RETRY_POLICY, RetryPolicy
 from django_workhorse.storable import BoundError, check_datetime, check_json, check_text
 from django_workhorse.types import Debounce, EnqueueOptions, Idempotency, KeyedMode, KeyMode, Throttle, Unique
@@ -35,51 +35,6 @@ MODE_OPTIONS: dict[str, type] = {
 DEBOUNCE_SCHEDULES = ("reset", "preserve")
 _OPTION_NAMES = EnqueueOptions.names()
 _DEFAULT_RETRY_POLICY_JSON = canonical_json(DEFAULT_RETRY_POLICY.to_json())
-
-
-@dataclass(frozen=True)
-class PreparedBinding:
-    """The storable form of a keyed mode: hash, preview and fingerprint, never the raw key."""
-
-    mode: KeyMode
-    scope: str
-    key_hash: bytes
-    key_preview: str
-    # How long the binding lives from now (None: while its job is live, for unique); debounce
-    # keeps its key one window past the job's scheduled time.
-    lifetime: timedelta | None
-    field_digests: dict[str, str]
-    request_digest: bytes
-    window: timedelta | None = None  # debounce: how far a replacement schedules the job
-    reset: bool = True  # debounce: a replacement moves run_at to now + window
-
-    @property
-    def key_digest(self) -> str:
-        return key_digest(self.key_hash)
-
-    @property
-    def slot(self) -> tuple[str, bytes]:
-        return (self.scope, self.key_hash)
-
-
-@dataclass(frozen=True)
-class PreparedJob:
-    """A validated request, in the shape the insert statement takes."""
-
-    job_type: str
-    queue: str
-    payload_json: str
-    priority: int
-    run_at: datetime | None
-    delay: timedelta | None
-    tags: list[str]
-    max_attempts: int
-    retry_policy_json: str
-    deadline: datetime | None
-    timeout: timedelta | None
-    concurrency_key: str | None
-    concurrency_limit: int | None
-    binding: PreparedBinding | None
 
 
 def resolve_options(options: EnqueueOptions | None, overrides: Mapping[str, Any]) -> EnqueueOptions:

@@ -146,7 +146,7 @@ class WorkhorseBackend(BaseTaskBackend):
         an option out of workhorse's bounds, ``TypeError`` for arguments that are not JSON, and
         ``EnqueueIdempotencyConflictError`` when a live key was given a different request.
         """
-        from django_workhorse.enqueuing import enqueue_with_result
+        from django_workhorse.enqueue_api import enqueue_with_result
 
         self.validate_task(task)
         # Django normalizes the arguments recursively: refuse nesting past the bound before it does.

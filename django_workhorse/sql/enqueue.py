@@ -10,9 +10,9 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django_workhorse.models import JOB_ID_SEQUENCE
+from django_workhorse.prepared import PreparedJob
 from django_workhorse.sql._connection import _execute
 from django_workhorse.sql.keys import _BINDING_COLUMNS, _FREE, _JOB_STATE
-from django_workhorse.validation import PreparedJob
 
 # The request columns and their types, in the order the statements unpack them.
 _REQUEST_COLUMNS = (

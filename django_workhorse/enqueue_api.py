@@ -20,9 +20,10 @@ from django_workhorse.conf import app_settings
 from django_workhorse.exceptions import EnqueueIdempotencyConflictError, EnqueueValidationError, KeyNotSettledError
 from django_workhorse.fingerprint import differing_fields
 from django_workhorse.models import Job
+from django_workhorse.prepared import PreparedJob
 from django_workhorse.types import EnqueueOptions, EnqueueOutcome, EnqueueRequest, EnqueueResult, JobId, KeyMode
 from django_workhorse.types import NonReplaceableReason as Reason
-from django_workhorse.validation import CheckedOptions, PreparedJob, check_options, prepare, resolve_options
+from django_workhorse.validation import CheckedOptions, check_options, prepare, resolve_options
 
 # A key can change hands between our statements (expired and taken over, pruned, purged); each
 # round re-reads it. Needing more than a few rounds means something is badly wrong.

@@ -1,0 +1,58 @@
+"""The shape of a checked enqueue request, as the enqueue statements take it.
+
+``validation.prepare`` builds these; ``sql.enqueue`` writes them. Neither the hash nor the
+preview can be turned back into the raw key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django_workhorse.fingerprint import key_digest
+from django_workhorse.types import KeyMode
+
+
+@dataclass(frozen=True)
+class PreparedBinding:
+    """The storable form of a keyed mode: hash, preview and fingerprint, never the raw key."""
+
+    mode: KeyMode
+    scope: str
+    key_hash: bytes
+    key_preview: str
+    # How long the binding lives from now (None: while its job is live, for unique); debounce
+    # keeps its key one window past the job's scheduled time.
+    lifetime: timedelta | None
+    field_digests: dict[str, str]
+    request_digest: bytes
+    window: timedelta | None = None  # debounce: how far a replacement schedules the job
+    reset: bool = True  # debounce: a replacement moves run_at to now + window
+
+    @property
+    def key_digest(self) -> str:
+        return key_digest(self.key_hash)
+
+    @property
+    def slot(self) -> tuple[str, bytes]:
+        return (self.scope, self.key_hash)
+
+
+@dataclass(frozen=True)
+class PreparedJob:
+    """A validated request, in the shape the insert statement takes."""
+
+    job_type: str
+    queue: str
+    payload_json: str
+    priority: int
+    run_at: datetime | None
+    delay: timedelta | None
+    tags: list[str]
+    max_attempts: int
+    retry_policy_json: str
+    deadline: datetime | None
+    timeout: timedelta | None
+    concurrency_key: str | None
+    concurrency_limit: int | None
+    binding: PreparedBinding | None
