@@ -113,7 +113,7 @@ class CheckedChangeList(ChangeList):
 
 
 class CheckedAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
-    """Base of the app's admins: lists check their query string (``CheckedChangeList``)."""
+    """An admin whose lists check their query string (``CheckedChangeList``)."""
 
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return CheckedChangeList
@@ -121,3 +121,20 @@ class CheckedAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def list_rows(self, queryset: QuerySet[Any]) -> QuerySet[Any]:
         """What a list loads of each row (and of the rows its actions get); all fields by default."""
         return queryset
+
+
+class ReadOnlyAdmin(CheckedAdmin):
+    """Base of the app's admins: nothing is added, changed or deleted by hand.
+
+    What an operator may change goes through actions, each behind its own permission (deleting too:
+    purge for queued jobs, release for bindings).
+    """
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False

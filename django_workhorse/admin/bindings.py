@@ -30,7 +30,7 @@ from django_workhorse.operations import release_bindings
 from django_workhorse.storable import check_text
 from django_workhorse.types import KeyMode
 
-from .base import CheckedAdmin, actor, has_permission
+from .base import ReadOnlyAdmin, actor, has_permission
 from .confirmation import confirmed_request_id
 
 HEX_DIGEST = re.compile(r"(?:[0-9a-f]{2}){1,32}")
@@ -108,7 +108,7 @@ BINDING_FIELDS = (
 )
 
 
-class BindingAdmin(CheckedAdmin):
+class BindingAdmin(ReadOnlyAdmin):
     """Idempotency bindings: who owns which key (by preview and digest), until when; release."""
 
     list_display = ["key_preview", "key_digest", "scope", "mode", "job_link", "created_at", "expires_at", "active"]
@@ -126,15 +126,6 @@ class BindingAdmin(CheckedAdmin):
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
         live = ExpressionWrapper(live_binding_q(timezone.now()), output_field=BooleanField())
         return super().get_queryset(request).select_related("job").annotate(is_live=live)
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False  # "release" is the way to delete, with its own permission
 
     def has_release_permission(self, request: HttpRequest) -> bool:
         return has_permission(request, "release_binding")

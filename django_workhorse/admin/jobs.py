@@ -24,7 +24,7 @@ from django_workhorse.maintenance import purge
 from django_workhorse.models import Checkpoint, IdempotencyBinding, Job, JobEvent, JobStatus, Redrive
 from django_workhorse.operations import run_now
 
-from .base import CheckedAdmin, actor, has_permission, parse_id
+from .base import ReadOnlyAdmin, actor, has_permission, parse_id
 from .bindings import digest_prefix_filter, live_binding_q
 from .confirmation import confirm, confirmed_request_id
 from .dashboard import dashboard_view
@@ -65,7 +65,7 @@ class TagFilter(admin.SimpleListFilter):
         return queryset.filter(tags__contains=[self.value()]) if self.value() else queryset
 
 
-class JobAdmin(CheckedAdmin):
+class JobAdmin(ReadOnlyAdmin):
     """Jobs: browse, filter, inspect; cancel, run now, redrive and purge with their permissions."""
 
     list_display = [
@@ -111,15 +111,6 @@ class JobAdmin(CheckedAdmin):
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
         return [field.name for field in Job._meta.fields if field.name not in self.exclude]
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False  # jobs are never edited by hand; actions change them
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False  # purge (queued jobs only) is the one way to delete
 
     def has_cancel_permission(self, request: HttpRequest) -> bool:
         return has_permission(request, "cancel_job")

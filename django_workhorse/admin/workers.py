@@ -15,10 +15,10 @@ from django.utils.html import format_html_join
 
 from django_workhorse.models import Job, JobStatus, WorkerRecord
 
-from .base import CheckedAdmin
+from .base import ReadOnlyAdmin
 
 
-class WorkerAdmin(CheckedAdmin):
+class WorkerAdmin(ReadOnlyAdmin):
     """Registered worker processes, their last heartbeat and the jobs they hold."""
 
     list_display = ["name", "host", "pid", "queue_list", "concurrency", "heartbeat_at", "heartbeat_age", "jobs"]
@@ -28,15 +28,6 @@ class WorkerAdmin(CheckedAdmin):
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
         running = Job.objects.filter(status=JobStatus.RUNNING, claimed_by=OuterRef("name")).order_by("id")
         return super().get_queryset(request).annotate(running_job_ids=ArraySubquery(running.values("id")))
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     @admin.display(description="queues")
     def queue_list(self, obj: WorkerRecord) -> str:
