@@ -7,12 +7,10 @@ hash up.
 from __future__ import annotations
 
 import re
-import uuid
 from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
-from django.contrib.admin import helpers
 from django.core.exceptions import PermissionDenied
 from django.db.models import BinaryField, BooleanField, ExpressionWrapper, F, Func, Q, QuerySet, Value
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
@@ -31,7 +29,8 @@ from django_workhorse.storable import check_text
 from django_workhorse.types import KeyMode
 
 from .base import ReadOnlyAdmin, actor, has_permission
-from .confirmation import confirmed_request_id
+from .confirmation import confirm, confirmed_request_id
+from .display import job_anchor
 
 HEX_DIGEST = re.compile(r"(?:[0-9a-f]{2}){1,32}")
 
@@ -107,6 +106,14 @@ BINDING_FIELDS = (
     "field_digests",
 )
 
+# What the release preview shows of each binding (``_release_row``).
+RELEASE_COLUMNS = ("key", "digest", "scope", "mode", "job")
+
+
+def _release_row(binding: IdempotencyBinding) -> tuple[object, ...]:
+    job = format_html("{} ({})", job_anchor(binding.job_id), binding.job.status)
+    return (binding.key_preview, binding.key_digest, binding.scope, binding.mode, job)
+
 
 class BindingAdmin(ReadOnlyAdmin):
     """Idempotency bindings: who owns which key (by preview and digest), until when; release."""
@@ -170,16 +177,18 @@ class BindingAdmin(ReadOnlyAdmin):
     def release(self, request: HttpRequest, queryset: QuerySet[Any]) -> HttpResponse | None:
         bindings = list(queryset.order_by("id"))
         if confirmed_request_id(request) is None:
-            context = {
-                **self.admin_site.each_context(request),
-                "title": "Release keys",
-                "opts": self.model._meta,
-                "bindings": bindings,
-                "request_id": uuid.uuid4().hex,
-                "selected": request.POST.getlist(helpers.ACTION_CHECKBOX_NAME),
-                "select_across": request.POST.get("select_across", "0"),
-            }
-            return TemplateResponse(request, "admin/workhorse/confirm_release.html", context)
+            return confirm(
+                self,
+                request,
+                action="release",
+                title="Release keys",
+                verb="Release",
+                noun="key",
+                columns=RELEASE_COLUMNS,
+                rows=[_release_row(binding) for binding in bindings],
+                explanation="Releasing a key frees it at once: the next request with it creates a new job. "
+                "The jobs stay as they are.",
+            )
         released = release_bindings([b.pk for b in bindings], requested_by=actor(request))
         self.message_user(
             request,

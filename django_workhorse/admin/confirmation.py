@@ -11,10 +11,6 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 
-from django_workhorse.models import Job
-
-from .display import error_head, error_summary
-
 
 def confirmed_request_id(request: HttpRequest) -> str | None:
     """The request id of a submitted confirmation page, or None before confirmation."""
@@ -33,18 +29,26 @@ def confirm(
     action: str,
     title: str,
     verb: str,
-    jobs: Sequence[Job],
-    skipped: int,
+    noun: str,
+    columns: Sequence[str],
+    rows: Sequence[Sequence[object]],
     explanation: str,
+    skipped: int = 0,
 ) -> HttpResponse:
-    """Show the preview of an action; submitting it runs the action with a fresh request id."""
+    """Show the preview of an action: what it applies to, one ``noun`` a row, and what it left out.
+
+    Submitting the page runs the action again with ``confirmed`` and a fresh request id; the table's
+    cells are escaped unless they are safe HTML (links).
+    """
     context = {
         **model_admin.admin_site.each_context(request),
         "title": title,
         "opts": model_admin.model._meta,
         "action": action,
         "verb": verb,
-        "jobs": [(job, error_summary(error_head(job))) for job in jobs],
+        "noun": noun,
+        "columns": columns,
+        "rows": rows,
         "skipped": skipped,
         "explanation": explanation,
         "request_id": uuid.uuid4().hex,

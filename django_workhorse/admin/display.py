@@ -1,4 +1,4 @@
-"""How the admin shows stored values: JSON pretty-printed and cut, errors summed up, event details."""
+"""How the admin shows stored values: JSON pretty-printed and cut, errors summed up, event details, job links."""
 
 from __future__ import annotations
 
@@ -6,6 +6,9 @@ import json
 from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
+from django.urls import reverse
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
 from django.utils.text import Truncator
 
 from django_workhorse.models import Job
@@ -48,3 +51,8 @@ def event_details(details: Any) -> list[tuple[str, str]]:
         (Truncator(str(name)).chars(EVENT_DETAIL_CHARS), Truncator(str(value)).chars(EVENT_DETAIL_CHARS))
         for name, value in details.items()
     ]
+
+
+def job_anchor(job_id: int) -> SafeString:
+    """A link ``#<id>`` to a job's page."""
+    return format_html('<a href="{}">#{}</a>', reverse("admin:workhorse_job_change", args=[job_id]), job_id)

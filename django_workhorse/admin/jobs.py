@@ -7,6 +7,7 @@ events, records the acting user in the admin log; the other actions record it in
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 from django.contrib import admin, messages
@@ -28,9 +29,26 @@ from .base import ReadOnlyAdmin, actor, has_permission, parse_id
 from .bindings import digest_prefix_filter, live_binding_q
 from .confirmation import confirm, confirmed_request_id
 from .dashboard import dashboard_view
-from .display import event_details, pretty_json
+from .display import error_head, error_summary, event_details, job_anchor, pretty_json
 
 RECENT_TAGS_SCAN = 1000
+# What an action's preview shows of each job it applies to (``preview_rows``).
+PREVIEW_COLUMNS = ("job", "type", "queue", "status", "attempts", "last error")
+
+
+def preview_rows(jobs: Sequence[Job]) -> list[tuple[object, ...]]:
+    """The jobs an action applies to, as rows of its preview (``PREVIEW_COLUMNS``)."""
+    return [
+        (
+            job_anchor(job.pk),
+            job.job_type,
+            job.queue,
+            job.status,
+            f"{job.attempt}/{job.max_attempts}",
+            error_summary(error_head(job)),
+        )
+        for job in jobs
+    ]
 
 
 class HasKeyFilter(admin.SimpleListFilter):
@@ -181,7 +199,9 @@ class JobAdmin(ReadOnlyAdmin):
                 action="redrive_jobs",
                 title="Redrive dead jobs",
                 verb="Redrive",
-                jobs=dead,
+                noun="job",
+                columns=PREVIEW_COLUMNS,
+                rows=preview_rows(dead),
                 skipped=skipped,
                 explanation="Each dead job runs again as a new job; the dead job stays as it is. "
                 "Submitting this page twice redrives each job once.",
@@ -207,7 +227,9 @@ class JobAdmin(ReadOnlyAdmin):
                 action="purge_jobs",
                 title="Purge queued jobs",
                 verb="Purge",
-                jobs=queued,
+                noun="job",
+                columns=PREVIEW_COLUMNS,
+                rows=preview_rows(queued),
                 skipped=skipped,
                 explanation="Purged jobs are deleted with their history, and their keys are released at once. "
                 "Running and finished jobs are never purged.",

@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from django.contrib import admin
 from django.contrib.postgres.expressions import ArraySubquery
 from django.db.models import OuterRef, QuerySet
 from django.http import HttpRequest
-from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html_join
 
 from django_workhorse.models import Job, JobStatus, WorkerRecord
 
 from .base import ReadOnlyAdmin
+from .display import job_anchor
 
 
 class WorkerAdmin(ReadOnlyAdmin):
@@ -40,5 +39,4 @@ class WorkerAdmin(ReadOnlyAdmin):
 
     @admin.display(description="current jobs")
     def jobs(self, obj: Any) -> str:
-        links: Callable[[int], tuple[str, int]] = lambda pk: (reverse("admin:workhorse_job_change", args=[pk]), pk)  # noqa: E731
-        return format_html_join(", ", '<a href="{}">#{}</a>', (links(pk) for pk in obj.running_job_ids))
+        return format_html_join(", ", "{}", ((job_anchor(pk),) for pk in obj.running_job_ids))
