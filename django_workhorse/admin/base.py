@@ -15,7 +15,7 @@ from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.admin.views.main import IGNORED_PARAMS, ChangeList
 from django.core.exceptions import FieldDoesNotExist
 from django.db import DataError, connections, router, transaction
-from django.db.models import ForeignKey, IntegerField, Model, QuerySet
+from django.db.models import ForeignKey, IntegerField, Model, Q, QuerySet
 from django.http import HttpRequest, QueryDict
 
 from django_workhorse import conf
@@ -121,6 +121,20 @@ class CheckedAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def list_rows(self, queryset: QuerySet[Any]) -> QuerySet[Any]:
         """What a list loads of each row (and of the rows its actions get); all fields by default."""
         return queryset
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[Any], search_term: str
+    ) -> tuple[QuerySet[Any], bool]:
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        if (matches := self.search_matches(term)) is None:
+            return super().get_search_results(request, queryset, search_term)
+        return queryset.filter(matches), False
+
+    def search_matches(self, term: str) -> Q | None:
+        """What a search for ``term`` (stripped, not empty) matches; None: Django's search of ``search_fields``."""
+        return None
 
 
 class ReadOnlyAdmin(CheckedAdmin):

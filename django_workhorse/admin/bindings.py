@@ -29,7 +29,7 @@ from django_workhorse.storable import check_text
 from django_workhorse.types import KeyMode
 
 from .base import ReadOnlyAdmin, actor, has_permission
-from .confirmation import confirm, confirmed_request_id
+from .confirmation import Preview, confirm, confirmed_request_id
 from .display import job_anchor
 
 HEX_DIGEST = re.compile(r"(?:[0-9a-f]{2}){1,32}")
@@ -106,8 +106,15 @@ BINDING_FIELDS = (
     "field_digests",
 )
 
-# What the release preview shows of each binding (``_release_row``).
-RELEASE_COLUMNS = ("key", "digest", "scope", "mode", "job")
+RELEASE = Preview(
+    action="release",
+    title="Release keys",
+    verb="Release",
+    explanation="Releasing a key frees it at once: the next request with it creates a new job. "
+    "The jobs stay as they are.",
+    noun="key",
+    columns=("key", "digest", "scope", "mode", "job"),  # one row a binding (``_release_row``)
+)
 
 
 def _release_row(binding: IdempotencyBinding) -> tuple[object, ...]:
@@ -137,16 +144,12 @@ class BindingAdmin(ReadOnlyAdmin):
     def has_release_permission(self, request: HttpRequest) -> bool:
         return has_permission(request, "release_binding")
 
-    def get_search_results(
-        self, request: HttpRequest, queryset: QuerySet[Any], search_term: str
-    ) -> tuple[QuerySet[Any], bool]:
-        term = search_term.strip()
-        if not term:
-            return queryset, False
+    def search_matches(self, term: str) -> Q:
+        """A scope containing ``term``, or a key digest prefix."""
         matches = Q(scope__icontains=term)
         if (by_digest := digest_prefix_filter(term)) is not None:
             matches |= by_digest
-        return queryset.filter(matches), False
+        return matches
 
     @admin.display(description="key digest")
     def key_digest(self, obj: IdempotencyBinding) -> str:
@@ -177,18 +180,7 @@ class BindingAdmin(ReadOnlyAdmin):
     def release(self, request: HttpRequest, queryset: QuerySet[Any]) -> HttpResponse | None:
         bindings = list(queryset.order_by("id"))
         if confirmed_request_id(request) is None:
-            return confirm(
-                self,
-                request,
-                action="release",
-                title="Release keys",
-                verb="Release",
-                noun="key",
-                columns=RELEASE_COLUMNS,
-                rows=[_release_row(binding) for binding in bindings],
-                explanation="Releasing a key frees it at once: the next request with it creates a new job. "
-                "The jobs stay as they are.",
-            )
+            return confirm(self, request, RELEASE, rows=[_release_row(binding) for binding in bindings])
         released = release_bindings([b.pk for b in bindings], requested_by=actor(request))
         self.message_user(
             request,

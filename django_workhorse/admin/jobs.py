@@ -7,7 +7,6 @@ events, records the acting user in the admin log; the other actions record it in
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
 from typing import Any
 
 from django.contrib import admin, messages
@@ -27,28 +26,27 @@ from django_workhorse.operations import run_now
 
 from .base import ReadOnlyAdmin, actor, has_permission, parse_id
 from .bindings import digest_prefix_filter, live_binding_q
-from .confirmation import confirm, confirmed_request_id
+from .confirmation import Preview, confirm, confirmed_request_id, job_rows
 from .dashboard import dashboard_view
-from .display import error_head, error_summary, event_details, job_anchor, pretty_json
+from .display import event_details, pretty_json
 
 RECENT_TAGS_SCAN = 1000
-# What an action's preview shows of each job it applies to (``preview_rows``).
-PREVIEW_COLUMNS = ("job", "type", "queue", "status", "attempts", "last error")
 
-
-def preview_rows(jobs: Sequence[Job]) -> list[tuple[object, ...]]:
-    """The jobs an action applies to, as rows of its preview (``PREVIEW_COLUMNS``)."""
-    return [
-        (
-            job_anchor(job.pk),
-            job.job_type,
-            job.queue,
-            job.status,
-            f"{job.attempt}/{job.max_attempts}",
-            error_summary(error_head(job)),
-        )
-        for job in jobs
-    ]
+# The preview pages of the two actions that ask for confirmation.
+REDRIVE = Preview(
+    action="redrive_jobs",
+    title="Redrive dead jobs",
+    verb="Redrive",
+    explanation="Each dead job runs again as a new job; the dead job stays as it is. "
+    "Submitting this page twice redrives each job once.",
+)
+PURGE = Preview(
+    action="purge_jobs",
+    title="Purge queued jobs",
+    verb="Purge",
+    explanation="Purged jobs are deleted with their history, and their keys are released at once. "
+    "Running and finished jobs are never purged.",
+)
 
 
 class HasKeyFilter(admin.SimpleListFilter):
@@ -142,18 +140,14 @@ class JobAdmin(ReadOnlyAdmin):
     def has_run_now_permission(self, request: HttpRequest) -> bool:
         return has_permission(request, "run_job_now")
 
-    def get_search_results(
-        self, request: HttpRequest, queryset: QuerySet[Any], search_term: str
-    ) -> tuple[QuerySet[Any], bool]:
-        term = search_term.strip()
-        if not term:
-            return queryset, False
+    def search_matches(self, term: str) -> Q:
+        """A job type containing ``term``, the job ``term`` spells the id of, or a key digest prefix."""
         matches = Q(job_type__icontains=term)
         if (job_id := parse_id(term)) is not None:
             matches |= Q(pk=job_id)
         if (by_digest := digest_prefix_filter(term, of_jobs=True)) is not None:
             matches |= by_digest
-        return queryset.filter(matches), False
+        return matches
 
     @admin.display(description="attempts")
     def attempts(self, obj: Job) -> str:
@@ -193,19 +187,7 @@ class JobAdmin(ReadOnlyAdmin):
         skipped = queryset.exclude(status=JobStatus.DEAD).count()
         request_id = confirmed_request_id(request)
         if request_id is None:
-            return confirm(
-                self,
-                request,
-                action="redrive_jobs",
-                title="Redrive dead jobs",
-                verb="Redrive",
-                noun="job",
-                columns=PREVIEW_COLUMNS,
-                rows=preview_rows(dead),
-                skipped=skipped,
-                explanation="Each dead job runs again as a new job; the dead job stays as it is. "
-                "Submitting this page twice redrives each job once.",
-            )
+            return confirm(self, request, REDRIVE, rows=job_rows(dead), skipped=skipped)
         created = []
         for job in dead:
             try:
@@ -221,19 +203,7 @@ class JobAdmin(ReadOnlyAdmin):
         queued = list(queryset.filter(status=JobStatus.QUEUED).order_by("id"))
         skipped = queryset.exclude(status=JobStatus.QUEUED).count()
         if confirmed_request_id(request) is None:
-            return confirm(
-                self,
-                request,
-                action="purge_jobs",
-                title="Purge queued jobs",
-                verb="Purge",
-                noun="job",
-                columns=PREVIEW_COLUMNS,
-                rows=preview_rows(queued),
-                skipped=skipped,
-                explanation="Purged jobs are deleted with their history, and their keys are released at once. "
-                "Running and finished jobs are never purged.",
-            )
+            return confirm(self, request, PURGE, rows=job_rows(queued), skipped=skipped)
         count = purge(job_ids=[job.pk for job in queued]) if queued else 0
         remaining = set(Job.objects.filter(pk__in=[job.pk for job in queued]).values_list("pk", flat=True))
         gone = [job for job in queued if job.pk not in remaining]
