@@ -6,9 +6,10 @@ need their own permission, are checked server-side, and record the acting user i
 
 One module per subject:
 
-- ``base``: the checked changelist and its query-string checks, the base admin, who acts and may act;
-- ``display``: how stored values show (JSON, error summaries, event details);
-- ``confirmation``: the preview page of a changing action and its request id;
+- ``base``: the checked changelist and its query-string checks, the base admins (search, read-only),
+  who acts and may act;
+- ``display``: how stored values show (JSON, error summaries, event details, job links);
+- ``confirmation``: the one preview page of the actions that ask for confirmation, and its request id;
 - ``jobs``, ``dead_letters``, ``bindings``, ``workers``: one admin each, with its filters and actions;
 - ``dashboard``: the dashboard page and the layout of its throughput chart.
 
