@@ -1,0 +1,36 @@
+"""The operator's Django admin: jobs, dead letters, idempotency bindings, workers and a dashboard.
+
+Everything is read-only by hand. Changing actions (cancel, run now, redrive, purge, release) each
+need their own permission, are checked server-side, and record the acting user in the job's events
+(purge, which deletes the job, in the admin log). Raw keys are never shown nor stored.
+
+One module per subject:
+
+- ``base``: the checked changelist and its query-string checks, the base admins (search, read-only),
+  who acts and may act;
+- ``display``: how stored values show (JSON, error summaries, event details, job links);
+- ``confirmation``: the one preview page of the actions that ask for confirmation, and its request id;
+- ``jobs``, ``dead_letters``, ``bindings``, ``workers``: one admin each, with its filters and actions;
+- ``dashboard``: the dashboard page and the layout of its throughput chart.
+
+This module registers the admins on the default ``admin.site``.
+"""
+
+from __future__ import annotations
+
+from django.contrib import admin
+
+from django_workhorse.models import DeadJob, IdempotencyBinding, Job, WorkerRecord
+
+from .bindings import BindingAdmin, FindKeyForm
+from .dead_letters import DeadJobAdmin
+from .display import JSON_DISPLAY_CHARS
+from .jobs import JobAdmin
+from .workers import WorkerAdmin
+
+__all__ = ["JSON_DISPLAY_CHARS", "BindingAdmin", "DeadJobAdmin", "FindKeyForm", "JobAdmin", "WorkerAdmin"]
+
+admin.site.register(Job, JobAdmin)
+admin.site.register(DeadJob, DeadJobAdmin)
+admin.site.register(IdempotencyBinding, BindingAdmin)
+admin.site.register(WorkerRecord, WorkerAdmin)

@@ -1,0 +1,65 @@
+"""The dashboard page: queue depths, throughput over the last hour, recent failures and workers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+from django.utils import timezone
+
+from django_workhorse import stats
+
+from .display import error_head, error_summary
+
+DASHBOARD_REFRESH_SECONDS = 10
+
+
+def dashboard_view(model_admin: admin.ModelAdmin, request: HttpRequest) -> HttpResponse:  # type: ignore[type-arg]
+    """Queue depths, throughput over the last hour, recent failures and workers; refreshes itself.
+
+    Shown to whoever may view ``model_admin``'s model (the jobs).
+    """
+    if not model_admin.has_view_permission(request):
+        raise PermissionDenied
+    now = timezone.now()
+    throughput = stats.throughput(now=now)
+    context = {
+        **model_admin.admin_site.each_context(request),
+        "title": "Workhorse dashboard",
+        "opts": model_admin.model._meta,
+        "now": now,
+        "depths": stats.queue_depths(now=now),
+        "throughput": throughput,
+        "chart": throughput_chart(throughput),
+        "failures": [(job, error_summary(error_head(job))) for job in stats.recent_failures()],
+        "workers": stats.workers(),
+        "refresh_seconds": DASHBOARD_REFRESH_SECONDS,
+    }
+    return TemplateResponse(request, "admin/workhorse/dashboard.html", context)
+
+
+def throughput_chart(throughput: stats.Throughput, *, width: int = 720, height: int = 140) -> dict[str, Any]:
+    """Lay out the per-minute bars of an SVG chart (succeeded stacked under failed)."""
+    peak = max((s + f for s, f in zip(throughput.succeeded, throughput.failed, strict=True)), default=0) or 1
+    step = width / max(len(throughput.minutes), 1)
+    bars = []
+    for i, (minute, ok, failed) in enumerate(
+        zip(throughput.minutes, throughput.succeeded, throughput.failed, strict=True)
+    ):
+        ok_height = height * ok / peak
+        failed_height = height * failed / peak
+        bars.append(
+            {
+                "x": round(i * step, 1),
+                "width": round(max(step - 1, 1), 1),
+                "ok_y": round(height - ok_height, 1),
+                "ok_height": round(ok_height, 1),
+                "failed_y": round(height - ok_height - failed_height, 1),
+                "failed_height": round(failed_height, 1),
+                "label": f"{minute:%H:%M} — {ok} succeeded, {failed} failed",
+            }
+        )
+    return {"width": width, "height": height, "peak": peak, "bars": bars}

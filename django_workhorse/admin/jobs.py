@@ -1,0 +1,242 @@
+"""Jobs: browse, filter and inspect them; cancel, run now, redrive and purge, each with its permission.
+
+Lists of jobs never load payloads, results or whole errors. Purge, which deletes the job and its
+events, records the acting user in the admin log; the other actions record it in the job's events.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from django.contrib import admin, messages
+from django.db.models import Exists, OuterRef, Q, QuerySet, Subquery
+from django.db.models.functions import Left
+from django.http import HttpRequest, HttpResponse
+from django.urls import URLPattern, path
+from django.utils import timezone
+
+from django_workhorse import stats
+from django_workhorse.actions import cancel, purge, redrive, run_now
+from django_workhorse.exceptions import WorkhorseError
+from django_workhorse.models import Checkpoint, IdempotencyBinding, Job, JobEvent, JobStatus, Redrive
+
+from .base import ReadOnlyAdmin, actor, has_permission, parse_id
+from .bindings import digest_prefix_filter, live_binding_q
+from .confirmation import Preview, confirm, confirmed_request_id, job_rows
+from .dashboard import dashboard_view
+from .display import event_details, pretty_json
+
+RECENT_TAGS_SCAN = 1000
+
+# The preview pages of the two actions that ask for confirmation.
+REDRIVE = Preview(
+    action="redrive_jobs",
+    title="Redrive dead jobs",
+    verb="Redrive",
+    explanation="Each dead job runs again as a new job; the dead job stays as it is. "
+    "Submitting this page twice redrives each job once.",
+)
+PURGE = Preview(
+    action="purge_jobs",
+    title="Purge queued jobs",
+    verb="Purge",
+    explanation="Purged jobs are deleted with their history, and their keys are released at once. "
+    "Running and finished jobs are never purged.",
+)
+
+
+class HasKeyFilter(admin.SimpleListFilter):
+    """Jobs that a keyed request created (they own, or owned, a binding)."""
+
+    title = "key"
+    parameter_name = "has_key"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("yes", "With a key"), ("no", "Without a key")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        keyed = Exists(IdempotencyBinding.objects.filter(job=OuterRef("pk")))
+        if self.value() == "yes":
+            return queryset.filter(keyed)
+        if self.value() == "no":
+            return queryset.filter(~keyed)
+        return queryset
+
+
+class TagFilter(admin.SimpleListFilter):
+    """Jobs carrying a tag; offers the tags of the most recent jobs."""
+
+    title = "tag"
+    parameter_name = "tag"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        recent = Job.objects.order_by("-id").values_list("tags", flat=True)[:RECENT_TAGS_SCAN]
+        return [(tag, tag) for tag in sorted({tag for tags in recent for tag in tags or ()})]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        return queryset.filter(tags__contains=[self.value()]) if self.value() else queryset
+
+
+class JobAdmin(ReadOnlyAdmin):
+    """Jobs: browse, filter, inspect; cancel, run now, redrive and purge with their permissions."""
+
+    list_display = [
+        "id",
+        "job_type",
+        "queue",
+        "status",
+        "priority",
+        "attempts",
+        "run_at",
+        "created_at",
+        "key",
+    ]
+    list_display_links = ["id", "job_type"]
+    list_filter = ["status", ("queue", admin.AllValuesFieldListFilter), ("job_type", admin.AllValuesFieldListFilter)]
+    list_filter += [HasKeyFilter, TagFilter]
+    search_fields = ["job_type"]
+    search_help_text = "A job id, a job type, or a key digest (12 hex characters)."
+    ordering = ["-id"]
+    list_per_page = 50
+    show_full_result_count = False  # counting a large table on every page is slow
+    exclude = ["payload", "result"]
+    change_form_template = "admin/workhorse/job_detail.html"
+    change_list_template = "admin/workhorse/job_change_list.html"
+    actions = ["cancel_jobs", "run_jobs_now", "redrive_jobs", "purge_jobs"]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
+        bindings = IdempotencyBinding.objects.filter(job=OuterRef("pk"))
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(
+                key_preview=Subquery(bindings.values("key_preview")[:1]),
+                key_mode=Subquery(bindings.values("mode")[:1]),
+            )
+        )
+
+    def list_rows(self, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        """Everything but the large values: payload and result stay unread, the error is read cut."""
+        return queryset.defer("payload", "result", "last_error").annotate(
+            error_head=Left("last_error", stats.ERROR_HEAD_CHARS)
+        )
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        return [field.name for field in Job._meta.fields if field.name not in self.exclude]
+
+    def has_cancel_permission(self, request: HttpRequest) -> bool:
+        return has_permission(request, "cancel_job")
+
+    def has_redrive_permission(self, request: HttpRequest) -> bool:
+        return has_permission(request, "redrive_job")
+
+    def has_purge_permission(self, request: HttpRequest) -> bool:
+        return has_permission(request, "purge_job")
+
+    def has_run_now_permission(self, request: HttpRequest) -> bool:
+        return has_permission(request, "run_job_now")
+
+    def search_matches(self, term: str) -> Q:
+        """A job type containing ``term``, the job ``term`` spells the id of, or a key digest prefix."""
+        matches = Q(job_type__icontains=term)
+        if (job_id := parse_id(term)) is not None:
+            matches |= Q(pk=job_id)
+        if (by_digest := digest_prefix_filter(term, of_jobs=True)) is not None:
+            matches |= by_digest
+        return matches
+
+    @admin.display(description="attempts")
+    def attempts(self, obj: Job) -> str:
+        return f"{obj.attempt}/{obj.max_attempts}"
+
+    @admin.display(description="key")
+    def key(self, obj: Any) -> str:
+        return f"{obj.key_mode}: {obj.key_preview}" if obj.key_preview else ""
+
+    # -- actions ------------------------------------------------------------------------------
+
+    @admin.action(description="Cancel selected jobs", permissions=["cancel"])
+    def cancel_jobs(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        before: Counter[str] = Counter()
+        for job_id in queryset.values_list("pk", flat=True):
+            before[cancel(job_id, requested_by=actor(request))] += 1
+        cancelled, asked = before[JobStatus.QUEUED], before[JobStatus.RUNNING]
+        finished = sum(before.values()) - cancelled - asked
+        self.message_user(
+            request,
+            f"Cancelled {cancelled} queued job(s); asked {asked} running job(s) to stop; "
+            f"{finished} had already finished.",
+            messages.SUCCESS,
+        )
+
+    @admin.action(description="Run selected scheduled jobs now", permissions=["run_now"])
+    def run_jobs_now(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        ids = list(queryset.values_list("pk", flat=True))
+        moved = run_now(ids, requested_by=actor(request))
+        self.message_user(
+            request, f"{len(moved)} job(s) are due now; {len(ids) - len(moved)} were not queued for later."
+        )
+
+    @admin.action(description="Redrive selected dead jobs…", permissions=["redrive"])
+    def redrive_jobs(self, request: HttpRequest, queryset: QuerySet[Any]) -> HttpResponse | None:
+        dead = list(queryset.filter(status=JobStatus.DEAD).order_by("id"))
+        skipped = queryset.exclude(status=JobStatus.DEAD).count()
+        request_id = confirmed_request_id(request)
+        if request_id is None:
+            return confirm(self, request, REDRIVE, rows=job_rows(dead), skipped=skipped)
+        created = []
+        for job in dead:
+            try:
+                created.append((job.pk, redrive(job.pk, request_id=f"admin:{request_id}", requested_by=actor(request))))
+            except WorkhorseError as exc:
+                self.message_user(request, f"Job {job.pk}: {exc}", messages.ERROR)
+        summary = ", ".join(f"{old} → {new}" for old, new in created)
+        self.message_user(request, f"Redrove {len(created)} job(s): {summary or 'none'}.", messages.SUCCESS)
+        return None
+
+    @admin.action(description="Purge selected queued jobs…", permissions=["purge"])
+    def purge_jobs(self, request: HttpRequest, queryset: QuerySet[Any]) -> HttpResponse | None:
+        queued = list(queryset.filter(status=JobStatus.QUEUED).order_by("id"))
+        skipped = queryset.exclude(status=JobStatus.QUEUED).count()
+        if confirmed_request_id(request) is None:
+            return confirm(self, request, PURGE, rows=job_rows(queued), skipped=skipped)
+        count = purge(job_ids=[job.pk for job in queued]) if queued else 0
+        remaining = set(Job.objects.filter(pk__in=[job.pk for job in queued]).values_list("pk", flat=True))
+        gone = [job for job in queued if job.pk not in remaining]
+        if gone:
+            self.log_deletions(request, gone)  # type: ignore[arg-type]  # the jobs' events went with them: the admin log keeps who
+        self.message_user(request, f"Purged {count} queued job(s).", messages.SUCCESS)
+        return None
+
+    # -- detail page and dashboard -----------------------------------------------------------
+
+    def change_view(
+        self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        job = self.get_object(request, object_id)
+        context = dict(extra_context or {})
+        if job is not None:
+            binding = IdempotencyBinding.objects.filter(job=job).first()
+            context.update(
+                payload_json=pretty_json(job.payload),
+                result_json=None if job.result is None else pretty_json(job.result),
+                events=[
+                    (event, event_details(event.details)) for event in JobEvent.objects.filter(job=job).order_by("id")
+                ],
+                checkpoints=[(c, pretty_json(c.value, 2000)) for c in Checkpoint.objects.filter(job=job)],
+                redriven_from=Redrive.objects.filter(new_job=job).first(),
+                redriven_to=list(Redrive.objects.filter(source=job).order_by("id")),
+                binding=binding,
+                binding_live=binding is not None
+                and IdempotencyBinding.objects.filter(live_binding_q(timezone.now()), pk=binding.pk).exists(),
+            )
+        return super().change_view(request, object_id, form_url, context)
+
+    def get_urls(self) -> list[URLPattern]:
+        dashboard = path("dashboard/", self.admin_site.admin_view(self.dashboard_view), name="workhorse_dashboard")
+        return [dashboard, *super().get_urls()]
+
+    def dashboard_view(self, request: HttpRequest) -> HttpResponse:
+        """The dashboard (``dashboard.dashboard_view``), for whoever may view jobs."""
+        return dashboard_view(self, request)
