@@ -26,7 +26,7 @@ from django_workhorse import RetryPolicy, enqueue
 from django_workhorse import sql as workhorse_sql
 from django_workhorse.exceptions import WorkerThreadError
 from django_workhorse.models import Job, JobEvent, JobStatus, WorkerRecord
-from django_workhorse.worker import loop
+from django_workhorse.worker import recording
 from tests.conftest import connect_directly
 from tests.processes import WorkerProcess, subprocess_database_url
 from tests.worker_tasks import CALLS, GATE, WorkerThread, make_worker, run_worker, wait_for
@@ -257,13 +257,13 @@ def test_the_heartbeat_does_not_extend_the_lease_of_a_job_whose_handler_ended(mo
     # The recorder is held back in Python (its real write runs afterwards), so the job stays
     # held with its handler ended for as many heartbeats as the test watches.
     release = threading.Event()
-    real_record = loop.record
+    real_record = recording.record
 
     def held_back_record(alias: str, outcomes: Any) -> list[str]:
         assert release.wait(30)
         return real_record(alias, outcomes)
 
-    monkeypatch.setattr(loop, "record", held_back_record)
+    monkeypatch.setattr(recording, "record", held_back_record)
     job_id = enqueue("tests.poison", {"kind": "good"})
     worker = make_worker(burst=True, lease=timedelta(seconds=1))
     handle = WorkerThread(worker).start()

@@ -23,35 +23,14 @@ from django_workhorse.conf import app_settings
 from django_workhorse.exceptions import WorkerThreadError
 from django_workhorse.maintenance import run_maintenance
 from django_workhorse.worker.context import HandlerContext
-from django_workhorse.worker.execution import Outcome, execute, failure, record, unwritable
+from django_workhorse.worker.execution import Outcome, execute, failure
+from django_workhorse.worker.held import HeldJob
+from django_workhorse.worker.recording import close_connection, write_outcomes
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_LEASE = timedelta(seconds=30)
 DEFAULT_DRAIN_TIMEOUT = timedelta(seconds=25)
-
-
-@dataclass
-class _Held:
-    """A job this worker holds, and whether its handler started."""
-
-    job: sql.ClaimedJob
-    context: HandlerContext
-    started_at: float | None = None
-    ended: bool = False  # the handler returned; its outcome is on its way to the database
-
-    @property
-    def started(self) -> bool:
-        return self.started_at is not None
-
-    def mark_started(self) -> None:
-        self.started_at = time.monotonic()
-
-    def overtime(self, grace: float) -> float:
-        """Seconds past its timeout (plus ``grace``) this attempt has run; <= 0 while within it."""
-        if self.started_at is None or self.job.timeout is None:
-            return 0.0
-        return time.monotonic() - self.started_at - self.job.timeout.total_seconds() - grace
 
 
 @dataclass
@@ -104,8 +83,8 @@ class Worker:
         self._listening = threading.Event()
         self._heartbeats_done = threading.Event()
         self._lock = threading.Lock()
-        self._held: dict[int, _Held] = {}
-        self._work: queue.Queue[_Held | None] = queue.Queue()
+        self._held: dict[int, HeldJob] = {}
+        self._work: queue.Queue[HeldJob | None] = queue.Queue()
         self._outcomes: queue.Queue[Outcome | None] = queue.Queue()
 
     # -- public --------------------------------------------------------------------------------
@@ -181,7 +160,7 @@ class Worker:
         jobs = sql.claim(self.using, queues=self.queues, limit=limit, lease=self.lease, worker=self.name)
         for job in jobs:
             context = HandlerContext(job, alias=self.using, on_heartbeat=functools.partial(self._heartbeat_one, job.id))
-            held = _Held(job, context)
+            held = HeldJob(job, context)
             with self._lock:
                 self._held[job.id] = held
             self._work.put(held)
@@ -256,7 +235,7 @@ class Worker:
         statuses = ["unrecorded"] * len(outcomes)
         try:
             close_old_connections()
-            statuses = self._write(outcomes)
+            statuses = write_outcomes(self.using, outcomes)
         except Exception:  # never leave the jobs held: unrecorded, their leases lapse
             logger.exception("Recording outcomes failed count=%s; their leases will lapse", len(outcomes))
         with self._lock:
@@ -265,38 +244,8 @@ class Worker:
                 self.stats.finished[status] = self.stats.finished.get(status, 0) + 1
         self._wake.set()
 
-    def _write(self, outcomes: list[Outcome]) -> list[str]:
-        # The write is fenced by each lease, so writing again what did commit changes nothing.
-        try:
-            return record(self.using, outcomes)
-        except Exception:
-            # A persistent connection may have died while idle, or PostgreSQL refused one outcome:
-            # write them one by one (on a fresh connection), so only the guilty job is affected.
-            logger.exception("Recording outcomes failed count=%s; recording them one by one", len(outcomes))
-            self._close_connection()
-        return [self._write_one(outcome) for outcome in outcomes]
-
-    def _write_one(self, outcome: Outcome) -> str:
-        try:
-            return record(self.using, [outcome])[0]
-        except Exception as exc:
-            logger.exception("Recording the outcome failed id=%s; recording a failure instead", outcome.job.id)
-            self._close_connection()
-            replacement = unwritable(outcome, exc)
-        try:
-            return record(self.using, [replacement])[0]
-        except Exception:
-            # Not even a failure can be written: stop holding the job, so its lease lapses and a
-            # worker reclaims it (dead with "lease expired" if that was its last attempt).
-            logger.exception("Recording a failure failed too id=%s; its lease will lapse", outcome.job.id)
-            self._close_connection()
-            return "unrecorded"
-
     def _close_connection(self) -> None:
-        try:
-            connections[self.using].close()
-        except Exception:
-            logger.exception("Closing a broken connection failed")
+        close_connection(self.using)
 
     # -- heartbeats ----------------------------------------------------------------------------
 
@@ -335,7 +284,7 @@ class Worker:
         if held is not None:
             self._extend([held])
 
-    def _extend(self, held: list[_Held]) -> None:
+    def _extend(self, held: list[HeldJob]) -> None:
         try:
             alive = sql.extend_leases(self.using, [h.job for h in held], self.lease)
         except DatabaseError:
