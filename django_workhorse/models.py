@@ -6,11 +6,14 @@ a rename cannot silently break the code that translates their violations.
 
 from __future__ import annotations
 
+import operator
 from datetime import datetime
+from functools import reduce
 
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
 from django.db.models.functions import Length
+from django.utils import timezone
 
 from django_workhorse import conf
 from django_workhorse.fingerprint import key_digest
@@ -208,6 +211,40 @@ class Job(models.Model):
         return f"{self.job_type} #{self.pk}"
 
 
+def free_binding_q(now: datetime) -> models.Q:
+    """Bindings that own nothing any more at ``now``: the ORM form of ``_FREE`` in ``sql/keys.py``.
+
+    Built from the same rule table (``FREED_BY``), so the two cannot drift apart. A timed binding
+    without ``expires_at`` is not free, as ``WHERE _FREE`` treats it.
+    """
+    # The sql package imports this module, so its rule table is imported when first used.
+    from django_workhorse.sql.keys import FREED_BY, TERMINAL_JOB_STATUSES
+
+    conditions = []
+    for mode, rule in FREED_BY.items():
+        condition = models.Q(mode=mode)
+        if rule.job_terminal:
+            condition &= models.Q(job__status__in=TERMINAL_JOB_STATUSES)
+        if rule.expired:
+            condition &= models.Q(expires_at__lte=now)
+        conditions.append(condition)
+    return reduce(operator.or_, conditions)
+
+
+class BindingQuerySet(models.QuerySet["IdempotencyBinding"]):
+    """Bindings by whether they still own their key (``now`` defaults to the current time)."""
+
+    def free(self, now: datetime | None = None) -> BindingQuerySet:
+        """Bindings the next request for their key may take over."""
+        free: BindingQuerySet = self.filter(free_binding_q(now or timezone.now()))
+        return free
+
+    def live(self, now: datetime | None = None) -> BindingQuerySet:
+        """Bindings that still own their key."""
+        live: BindingQuerySet = self.exclude(free_binding_q(now or timezone.now()))
+        return live
+
+
 class IdempotencyBinding(models.Model):
     """Ownership of a scoped key by one job, in one keyed mode.
 
@@ -227,6 +264,8 @@ class IdempotencyBinding(models.Model):
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="bindings")
     created_at = models.DateTimeField()
     expires_at = models.DateTimeField(null=True, blank=True)
+
+    objects = BindingQuerySet.as_manager()
 
     class Meta:
         db_table = "workhorse_binding"
@@ -257,9 +296,6 @@ class IdempotencyBinding(models.Model):
     def key_digest(self) -> str:
         """The 12-hex digest of the key, for display and search."""
         return key_digest(bytes(self.key_hash))
-
-    def is_expired(self, now: datetime) -> bool:
-        return self.expires_at is not None and self.expires_at <= now
 
 
 class DeadJob(Job):
@@ -385,6 +421,3 @@ class EffectRecord(models.Model):
     def key_digest(self) -> str:
         """The 12-hex digest of the key, for display and search."""
         return key_digest(bytes(self.key_hash))
-
-    def is_expired(self, now: datetime) -> bool:
-        return self.expires_at <= now

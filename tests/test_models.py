@@ -1,0 +1,103 @@
+"""The models: binding liveness (ORM and SQL from one rule) and what deleting a job takes with it."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+from datetime import datetime, timedelta
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from django_workhorse.models import TERMINAL_STATUSES, IdempotencyBinding, Job, JobStatus
+from django_workhorse.sql.keys import _FREE, FREED_BY, TERMINAL_JOB_STATUSES
+from django_workhorse.types import KeyMode
+from tests.factories import JobFactory
+
+pytestmark = pytest.mark.django_db
+
+# The job states a binding can point at: (status, attempts started).
+JOB_STATES = {
+    "queued-never-started": (JobStatus.QUEUED, 0),
+    "queued-retrying": (JobStatus.QUEUED, 1),
+    "running": (JobStatus.RUNNING, 1),
+    "succeeded": (JobStatus.SUCCEEDED, 1),
+    "dead": (JobStatus.DEAD, 3),
+    "cancelled": (JobStatus.CANCELLED, 0),
+}
+# expires_at relative to now; None is a timed key written without an expiry (never free by time).
+EXPIRIES: dict[str, timedelta | None] = {
+    "expired": -timedelta(seconds=1),
+    "expires-now": timedelta(0),
+    "not-expired": timedelta(hours=1),
+    "no-expiry": None,
+}
+
+
+def make_binding(job: Job, mode: str, expires_at: datetime | None, n: int) -> IdempotencyBinding:
+    return IdempotencyBinding.objects.create(
+        scope="liveness",
+        key_hash=hashlib.sha256(f"liveness\x1f{n}".encode()).digest(),
+        key_preview="•",
+        mode=mode,
+        request_digest=bytes(32),
+        field_digests={},
+        job=job,
+        created_at=timezone.now(),
+        expires_at=expires_at,
+    )
+
+
+def expected_free(mode: str, status: str, expired: bool) -> bool:
+    """The documented rule, restated by hand (docs/keys: when a key can be taken over)."""
+    terminal = status in {"succeeded", "dead", "cancelled"}
+    return {"idempotency": expired, "throttle": expired, "unique": terminal, "debounce": terminal and expired}[mode]
+
+
+def sql_free(now: datetime) -> dict[int, bool]:
+    """Evaluate ``_FREE`` itself over every binding, as ``WHERE _FREE`` reads it (NULL is not free)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""SELECT binding.id, ({_FREE.format(now="%(now)s")}) IS TRUE
+            FROM workhorse_binding AS binding JOIN workhorse_job AS job ON job.id = binding.job_id""",
+            {"now": now},
+        )
+        return dict(cursor.fetchall())
+
+
+def test_the_queryset_and_the_sql_fragment_agree_on_every_mode_job_state_and_expiry():
+    now = timezone.now()
+    cases: dict[int, tuple[str, str, str]] = {}
+    for n, (mode, state, expiry) in enumerate(itertools.product(KeyMode, JOB_STATES, EXPIRIES)):
+        status, attempt = JOB_STATES[state]
+        offset = EXPIRIES[expiry]
+        job = JobFactory(status=status, attempt=attempt)
+        binding = make_binding(job, mode.value, None if offset is None else now + offset, n)
+        cases[binding.pk] = (mode.value, state, expiry)
+    assert len(cases) == 4 * 6 * 4
+
+    in_sql = sql_free(now)
+    free = set(IdempotencyBinding.objects.free(now).values_list("pk", flat=True))
+    live = set(IdempotencyBinding.objects.live(now).values_list("pk", flat=True))
+    disagreements = [cases[pk] for pk in cases if in_sql[pk] != (pk in free) or in_sql[pk] == (pk in live)]
+    assert disagreements == []
+    wrong = [
+        cases[pk]
+        for pk, (mode, state, expiry) in cases.items()
+        if in_sql[pk] != expected_free(mode, JOB_STATES[state][0], expiry in {"expired", "expires-now"})
+    ]
+    assert wrong == []
+
+
+def test_free_and_live_default_to_the_current_time():
+    job = JobFactory(status=JobStatus.QUEUED)
+    past = make_binding(job, "idempotency", timezone.now() - timedelta(seconds=1), 1)
+    future = make_binding(job, "idempotency", timezone.now() + timedelta(hours=1), 2)
+    assert list(IdempotencyBinding.objects.free()) == [past]
+    assert list(IdempotencyBinding.objects.live()) == [future]
+
+
+def test_the_liveness_rule_names_every_mode_and_the_terminal_statuses_of_the_model():
+    assert set(FREED_BY) == {mode.value for mode in KeyMode}
+    assert set(TERMINAL_JOB_STATUSES) == set(TERMINAL_STATUSES)
