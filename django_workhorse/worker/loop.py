@@ -19,16 +19,13 @@ from datetime import timedelta
 from django.db import DatabaseError, close_old_connections, connections
 
 from django_workhorse import sql
-from django_workhorse.conf import app_settings
+from django_workhorse.conf import DEFAULT_DRAIN_TIMEOUT, DEFAULT_LEASE, app_settings
 from django_workhorse.exceptions import WorkerThreadError
 from django_workhorse.maintenance import run_maintenance
 from django_workhorse.worker.context import HandlerContext
 from django_workhorse.worker.execution import Outcome, execute, failure, record, unwritable
 
 logger = logging.getLogger(__name__)
-
-DEFAULT_LEASE = timedelta(seconds=30)
-DEFAULT_DRAIN_TIMEOUT = timedelta(seconds=25)
 
 
 @dataclass
