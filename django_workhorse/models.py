@@ -211,6 +211,51 @@ class Job(models.Model):
         return f"{self.job_type} #{self.pk}"
 
 
+class HashedKey(models.Model):
+    """A scoped key stored only as its SHA-256 (``fingerprint.key_hash``), a bounded preview and,
+    derived from the hash, a digest: the columns, checks and display shared by bindings and effects.
+
+    Each model declares its own ``expires_at`` (a unique key's binding has none; an effect always
+    has one) and passes its constraint and index names to ``hashed_key_constraints`` and
+    ``hashed_key_indexes``, so the schema keeps the names the sql package refers to.
+    """
+
+    scope = models.CharField(max_length=conf.MAX_SCOPE_BYTES)
+    key_hash = models.BinaryField(max_length=32)
+    key_preview = models.CharField(max_length=16)
+
+    class Meta:
+        abstract = True
+
+    def __str__(self) -> str:
+        return f"{self.scope}:{self.key_preview} [{self.key_digest}]"
+
+    @property
+    def key_digest(self) -> str:
+        """The 12-hex digest of the key, for display and search."""
+        return key_digest(bytes(self.key_hash))
+
+
+def hashed_key_constraints(*, unique: str, key_hash_check: str, scope_check: str) -> list[models.BaseConstraint]:
+    """One owner per ``(scope, key_hash)``, a 32-byte hash and a scope of 1..MAX_SCOPE_BYTES bytes."""
+    return [
+        models.UniqueConstraint(fields=["scope", "key_hash"], name=unique),
+        models.CheckConstraint(condition=models.lookups.Exact(_octet_length("key_hash"), 32), name=key_hash_check),
+        models.CheckConstraint(
+            condition=models.Q(
+                models.lookups.GreaterThanOrEqual(_octet_length("scope"), 1),
+                models.lookups.LessThanOrEqual(_octet_length("scope"), conf.MAX_SCOPE_BYTES),
+            ),
+            name=scope_check,
+        ),
+    ]
+
+
+def hashed_key_indexes(*, expires: str) -> list[models.Index]:
+    """The index maintenance prunes expired rows by."""
+    return [models.Index(fields=["expires_at"], name=expires)]
+
+
 def free_binding_q(now: datetime) -> models.Q:
     """Bindings that own nothing any more at ``now``: the ORM form of ``_FREE`` in ``sql/keys.py``.
 
@@ -245,16 +290,13 @@ class BindingQuerySet(models.QuerySet["IdempotencyBinding"]):
         return live
 
 
-class IdempotencyBinding(models.Model):
+class IdempotencyBinding(HashedKey):
     """Ownership of a scoped key by one job, in one keyed mode.
 
     The unique constraint on ``(scope, key_hash)`` is the only arbiter of racing producers. The raw
     key is never stored: only its hash, a bounded preview and, derived from the hash, a digest.
     """
 
-    scope = models.CharField(max_length=conf.MAX_SCOPE_BYTES)
-    key_hash = models.BinaryField(max_length=32)
-    key_preview = models.CharField(max_length=16)
     mode = models.CharField(max_length=16, choices=[(mode.value, mode.value) for mode in KeyMode])
     request_digest = models.BinaryField(max_length=32)
     field_digests = models.JSONField()
@@ -272,30 +314,14 @@ class IdempotencyBinding(models.Model):
         verbose_name = "idempotency binding"
         permissions = [("release_binding", "Can release idempotency bindings")]
         constraints = [
-            models.UniqueConstraint(fields=["scope", "key_hash"], name=BINDING_KEY_UNIQ),
-            models.CheckConstraint(
-                condition=models.lookups.Exact(_octet_length("key_hash"), 32), name=BINDING_KEY_HASH_CHECK
-            ),
-            models.CheckConstraint(
-                condition=models.Q(
-                    models.lookups.GreaterThanOrEqual(_octet_length("scope"), 1),
-                    models.lookups.LessThanOrEqual(_octet_length("scope"), conf.MAX_SCOPE_BYTES),
-                ),
-                name=BINDING_SCOPE_CHECK,
+            *hashed_key_constraints(
+                unique=BINDING_KEY_UNIQ, key_hash_check=BINDING_KEY_HASH_CHECK, scope_check=BINDING_SCOPE_CHECK
             ),
             models.CheckConstraint(
                 condition=models.Q(mode__in=[mode.value for mode in KeyMode]), name=BINDING_MODE_CHECK
             ),
         ]
-        indexes = [models.Index(fields=["expires_at"], name=BINDING_EXPIRES_IDX)]
-
-    def __str__(self) -> str:
-        return f"{self.scope}:{self.key_preview} [{self.key_digest}]"
-
-    @property
-    def key_digest(self) -> str:
-        """The 12-hex digest of the key, for display and search."""
-        return key_digest(bytes(self.key_hash))
+        indexes = hashed_key_indexes(expires=BINDING_EXPIRES_IDX)
 
 
 class DeadJob(Job):
@@ -378,7 +404,7 @@ class WorkerRecord(models.Model):
         return self.name
 
 
-class EffectRecord(models.Model):
+class EffectRecord(HashedKey):
     """One operation of the effect ledger (``effects.once``): its scoped key and stored result.
 
     Written in the same transaction as the effect it records, so both commit or neither does. The
@@ -386,9 +412,6 @@ class EffectRecord(models.Model):
     bindings, the raw key is never stored: only its hash, a bounded preview and a digest.
     """
 
-    scope = models.CharField(max_length=conf.MAX_SCOPE_BYTES)
-    key_hash = models.BinaryField(max_length=32)
-    key_preview = models.CharField(max_length=16)
     result = models.JSONField(encoder=DjangoJSONEncoder, null=True, blank=True)
     created_at = models.DateTimeField(help_text="When the operation was claimed.")
     completed_at = models.DateTimeField(
@@ -399,25 +422,7 @@ class EffectRecord(models.Model):
     class Meta:
         db_table = "workhorse_effect"
         verbose_name = "effect record"
-        constraints = [
-            models.UniqueConstraint(fields=["scope", "key_hash"], name=EFFECT_KEY_UNIQ),
-            models.CheckConstraint(
-                condition=models.lookups.Exact(_octet_length("key_hash"), 32), name=EFFECT_KEY_HASH_CHECK
-            ),
-            models.CheckConstraint(
-                condition=models.Q(
-                    models.lookups.GreaterThanOrEqual(_octet_length("scope"), 1),
-                    models.lookups.LessThanOrEqual(_octet_length("scope"), conf.MAX_SCOPE_BYTES),
-                ),
-                name=EFFECT_SCOPE_CHECK,
-            ),
-        ]
-        indexes = [models.Index(fields=["expires_at"], name=EFFECT_EXPIRES_IDX)]
-
-    def __str__(self) -> str:
-        return f"{self.scope}:{self.key_preview} [{self.key_digest}]"
-
-    @property
-    def key_digest(self) -> str:
-        """The 12-hex digest of the key, for display and search."""
-        return key_digest(bytes(self.key_hash))
+        constraints = hashed_key_constraints(
+            unique=EFFECT_KEY_UNIQ, key_hash_check=EFFECT_KEY_HASH_CHECK, scope_check=EFFECT_SCOPE_CHECK
+        )
+        indexes = hashed_key_indexes(expires=EFFECT_EXPIRES_IDX)

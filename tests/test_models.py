@@ -10,7 +10,8 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from django_workhorse.models import TERMINAL_STATUSES, IdempotencyBinding, Job, JobStatus
+from django_workhorse.fingerprint import key_digest
+from django_workhorse.models import TERMINAL_STATUSES, EffectRecord, HashedKey, IdempotencyBinding, Job, JobStatus
 from django_workhorse.sql.keys import _FREE, FREED_BY, TERMINAL_JOB_STATUSES
 from django_workhorse.types import KeyMode
 from tests.factories import JobFactory
@@ -101,3 +102,13 @@ def test_free_and_live_default_to_the_current_time():
 def test_the_liveness_rule_names_every_mode_and_the_terminal_statuses_of_the_model():
     assert set(FREED_BY) == {mode.value for mode in KeyMode}
     assert set(TERMINAL_JOB_STATUSES) == set(TERMINAL_STATUSES)
+
+
+@pytest.mark.parametrize("model", [IdempotencyBinding, EffectRecord])
+def test_bindings_and_effects_take_their_key_columns_and_display_from_one_base(model):
+    assert issubclass(model, HashedKey)
+    assert [field.name for field in model._meta.fields[1:4]] == ["scope", "key_hash", "key_preview"]
+    hashed = hashlib.sha256(b"orders\x1fk-1").digest()
+    row = model(scope="orders", key_hash=hashed, key_preview="k-1•")
+    assert row.key_digest == key_digest(hashed) == hashed.hex()[:12]
+    assert str(row) == f"orders:k-1• [{hashed.hex()[:12]}]"
