@@ -49,6 +49,11 @@ EFFECT_SCOPE_CHECK = "workhorse_effect_scope_check"
 # The identity sequence PostgreSQL creates for workhorse_job.id; enqueue draws ids from it
 # before inserting so that a binding and its job can be written in one statement.
 JOB_ID_SEQUENCE = "workhorse_job_id_seq"
+# How a job's children (bindings, events, checkpoints, redrive records) reference it. The database
+# deletes them with the job (ON DELETE CASCADE, set by migration 0007, since Django 5.2 cannot declare
+# it), so purge and prune delete only jobs and ``Job.objects.filter(...).delete()`` is one DELETE:
+# DO_NOTHING keeps the ORM from collecting and deleting the children itself.
+JOB_CHILD = models.DO_NOTHING
 
 
 def _octet_length(field: str) -> models.Func:
@@ -303,7 +308,7 @@ class IdempotencyBinding(HashedKey):
     previous_request_digest = models.BinaryField(
         max_length=32, null=True, blank=True, help_text="The request digest the last debounce replacement superseded."
     )
-    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="bindings")
+    job = models.ForeignKey(Job, on_delete=JOB_CHILD, related_name="bindings")
     created_at = models.DateTimeField()
     expires_at = models.DateTimeField(null=True, blank=True)
 
@@ -335,7 +340,7 @@ class DeadJob(Job):
 class JobEvent(models.Model):
     """One transition in a job's history."""
 
-    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events")
+    job = models.ForeignKey(Job, on_delete=JOB_CHILD, related_name="events")
     kind = models.CharField(max_length=32, choices=EventKind.choices)
     attempt = models.IntegerField(default=0)
     at = models.DateTimeField()
@@ -352,7 +357,7 @@ class JobEvent(models.Model):
 class Checkpoint(models.Model):
     """The stored result of one named stage of a job, reused by its later attempts."""
 
-    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="checkpoints")
+    job = models.ForeignKey(Job, on_delete=JOB_CHILD, related_name="checkpoints")
     name = models.CharField(max_length=200)
     value = models.JSONField(encoder=DjangoJSONEncoder, null=True)
     attempt = models.IntegerField(help_text="The attempt that saved it.")
@@ -369,9 +374,9 @@ class Checkpoint(models.Model):
 class Redrive(models.Model):
     """A request to run a dead job again as a new job; one per (source job, request id)."""
 
-    source = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="redrives")
+    source = models.ForeignKey(Job, on_delete=JOB_CHILD, related_name="redrives")
     request_id = models.CharField(max_length=conf.MAX_REQUEST_ID_CHARS)
-    new_job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="redriven_from")
+    new_job = models.ForeignKey(Job, on_delete=JOB_CHILD, related_name="redriven_from")
     requested_by = models.CharField(max_length=conf.MAX_REQUESTED_BY_CHARS, blank=True)
     reason = models.TextField(blank=True)
     created_at = models.DateTimeField()

@@ -1,4 +1,5 @@
-"""The models: binding liveness (ORM and SQL from one rule) and what deleting a job takes with it."""
+"""The models: binding liveness (ORM and SQL from one rule), the hashed-key base, and what deleting a job
+takes with it (ON DELETE CASCADE, migration 0007)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,23 @@ from datetime import datetime, timedelta
 
 import pytest
 from django.db import connection
+from django.db.models import Q
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from django_workhorse import sql
 from django_workhorse.fingerprint import key_digest
-from django_workhorse.models import TERMINAL_STATUSES, EffectRecord, HashedKey, IdempotencyBinding, Job, JobStatus
+from django_workhorse.models import (
+    TERMINAL_STATUSES,
+    Checkpoint,
+    EffectRecord,
+    HashedKey,
+    IdempotencyBinding,
+    Job,
+    JobEvent,
+    JobStatus,
+    Redrive,
+)
 from django_workhorse.sql.keys import _FREE, FREED_BY, TERMINAL_JOB_STATUSES
 from django_workhorse.types import KeyMode
 from tests.factories import JobFactory
@@ -112,3 +126,67 @@ def test_bindings_and_effects_take_their_key_columns_and_display_from_one_base(m
     row = model(scope="orders", key_hash=hashed, key_preview="k-1•")
     assert row.key_digest == key_digest(hashed) == hashed.hex()[:12]
     assert str(row) == f"orders:k-1• [{hashed.hex()[:12]}]"
+
+
+def make_children(job: Job, other: Job, n: int) -> None:
+    """Give ``job`` one row of every kind that references it (a redrive from each side)."""
+    now = timezone.now()
+    make_binding(job, "unique", None, n)
+    JobEvent.objects.create(job=job, kind="enqueued", at=now)
+    Checkpoint.objects.create(job=job, name="stage", value=1, attempt=1, created_at=now)
+    Redrive.objects.create(source=job, request_id=f"out-{n}", new_job=other, created_at=now)
+    Redrive.objects.create(source=other, request_id=f"in-{n}", new_job=job, created_at=now)
+
+
+def children_of(job_ids: list[int]) -> dict[str, int]:
+    """Count the rows of each child table that still reference one of ``job_ids``."""
+    return {
+        "bindings": IdempotencyBinding.objects.filter(job_id__in=job_ids).count(),
+        "events": JobEvent.objects.filter(job_id__in=job_ids).count(),
+        "checkpoints": Checkpoint.objects.filter(job_id__in=job_ids).count(),
+        "redrives": Redrive.objects.filter(Q(source_id__in=job_ids) | Q(new_job_id__in=job_ids)).count(),
+    }
+
+
+NO_CHILDREN = {"bindings": 0, "events": 0, "checkpoints": 0, "redrives": 0}
+
+
+def test_deleting_jobs_through_the_orm_leaves_no_orphan_in_one_statement():
+    doomed, kept = JobFactory(status=JobStatus.DEAD), JobFactory(status=JobStatus.QUEUED)
+    make_children(doomed, kept, 1)
+    JobEvent.objects.create(job=kept, kind="enqueued", at=timezone.now())
+    with CaptureQueriesContext(connection) as queries:
+        Job.objects.filter(pk=doomed.pk).delete()
+    assert [query["sql"].split()[0] for query in queries] == ["DELETE"]
+    assert children_of([doomed.pk]) == NO_CHILDREN
+    assert Job.objects.filter(pk=kept.pk).exists()
+    assert JobEvent.objects.filter(job=kept).count() == 1  # the survivor keeps its own history
+
+
+@pytest.mark.parametrize("status", [JobStatus.QUEUED, JobStatus.SUCCEEDED])
+def test_purge_and_prune_delete_jobs_with_every_kind_of_child_row(status):
+    job, other = JobFactory(status=status, finished_at=timezone.now() - timedelta(days=30)), JobFactory()
+    make_children(job, other, 2)
+    if status == JobStatus.QUEUED:
+        assert sql.purge_queued("default", queue=None, job_ids=[job.pk]) == 1
+    else:
+        assert sql.prune_finished_jobs("default", before=timezone.now(), limit=10) == 1
+    assert not Job.objects.filter(pk=job.pk).exists()
+    assert children_of([job.pk]) == NO_CHILDREN
+
+
+def test_every_child_foreign_key_cascades_in_the_database_and_stays_deferrable():
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """SELECT conrelid::regclass::text, confdeltype, condeferrable, condeferred, convalidated
+            FROM pg_constraint WHERE contype = 'f' AND confrelid = 'workhorse_job'::regclass ORDER BY 1, conname"""
+        )
+        rows = cursor.fetchall()
+    tables = [
+        "workhorse_binding",
+        "workhorse_checkpoint",
+        "workhorse_job_event",
+        "workhorse_redrive",
+        "workhorse_redrive",
+    ]
+    assert rows == [(table, "c", True, True, True) for table in tables]
