@@ -1,4 +1,8 @@
-"""System checks: PostgreSQL only, and settings within their bounds."""
+"""System checks: PostgreSQL only, and settings within their bounds.
+
+Settings are read through ``conf.app_settings``, so a check sees the same value, default included,
+as the code that uses it.
+"""
 
 from __future__ import annotations
 
@@ -7,11 +11,11 @@ from datetime import timedelta
 from typing import Any
 
 from django.apps import AppConfig
-from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, register
 from django.db import connections
 
 from django_workhorse import conf
+from django_workhorse.conf import app_settings
 
 
 @register(Tags.database)
@@ -32,27 +36,34 @@ def check_database(
     return errors
 
 
+def _configured(name: str) -> object:
+    """Return ``app_settings.<name>`` as configured: typed for the code that uses it, untrusted here."""
+    value: object = getattr(app_settings, name)
+    return value
+
+
+# app_settings attribute -> check id; the setting is WORKHORSE_<attribute>.
 DURATION_SETTINGS = {
-    "WORKHORSE_JOB_RETENTION": ("JOB_RETENTION", "workhorse.E004"),
-    "WORKHORSE_MAINTENANCE_INTERVAL": ("MAINTENANCE_INTERVAL", "workhorse.E005"),
-    "WORKHORSE_WORKER_STALE_AFTER": ("WORKER_STALE_AFTER", "workhorse.E006"),
+    "JOB_RETENTION": "workhorse.E004",
+    "MAINTENANCE_INTERVAL": "workhorse.E005",
+    "WORKER_STALE_AFTER": "workhorse.E006",
 }
 
 
 def _positive_durations() -> list[CheckMessage]:
     errors: list[CheckMessage] = []
-    for setting, (default_name, check_id) in DURATION_SETTINGS.items():
-        value = getattr(settings, setting, getattr(conf, f"DEFAULT_{default_name}"))
+    for name, check_id in DURATION_SETTINGS.items():
+        value = _configured(name)
         if not isinstance(value, timedelta) or value <= timedelta(0):
-            errors.append(Error(f"{setting} must be a timedelta > 0, got {value!r}.", id=check_id))
+            errors.append(Error(f"WORKHORSE_{name} must be a timedelta > 0, got {value!r}.", id=check_id))
     return errors
 
 
 @register
 def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[CheckMessage]:
-    """WORKHORSE_* settings must have the right type and stay within bounds (workhorse.E002-E009)."""
+    """WORKHORSE_* settings must have the right type and stay within bounds (workhorse.E002-E010)."""
     errors: list[CheckMessage] = []
-    size = getattr(settings, "WORKHORSE_MAX_PAYLOAD_BYTES", conf.DEFAULT_MAX_PAYLOAD_BYTES)
+    size = _configured("MAX_PAYLOAD_BYTES")
     if not isinstance(size, int) or isinstance(size, bool) or not 1 <= size <= conf.MAX_PAYLOAD_BYTES_LIMIT:
         errors.append(
             Error(
@@ -60,7 +71,7 @@ def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
                 id="workhorse.E002",
             )
         )
-    result = getattr(settings, "WORKHORSE_MAX_RESULT_BYTES", conf.DEFAULT_MAX_RESULT_BYTES)
+    result = _configured("MAX_RESULT_BYTES")
     low, high = conf.MIN_RESULT_BYTES_LIMIT, conf.MAX_RESULT_BYTES_LIMIT
     if not isinstance(result, int) or isinstance(result, bool) or not low <= result <= high:
         errors.append(
@@ -68,13 +79,18 @@ def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
                 f"WORKHORSE_MAX_RESULT_BYTES must be an integer in {low}..{high}, got {result!r}.", id="workhorse.E009"
             )
         )
-    channel = getattr(settings, "WORKHORSE_NOTIFY_CHANNEL", conf.DEFAULT_NOTIFY_CHANNEL)
+    channel = _configured("NOTIFY_CHANNEL")
     if not isinstance(channel, str) or not 1 <= len(channel.encode()) <= 63:
         errors.append(
             Error(f"WORKHORSE_NOTIFY_CHANNEL must be a string of 1..63 bytes, got {channel!r}.", id="workhorse.E003")
         )
     errors.extend(_positive_durations())
     errors.extend(_concurrency_limits())
+    prepared = _configured("PREPARED_STATEMENTS")
+    if not isinstance(prepared, bool):
+        errors.append(
+            Error(f"WORKHORSE_PREPARED_STATEMENTS must be True or False, got {prepared!r}.", id="workhorse.E010")
+        )
     return errors
 
 
@@ -89,7 +105,7 @@ def _is_limit(value: Any) -> bool:
 def _concurrency_limits() -> list[CheckMessage]:
     bounds = f"{conf.MIN_CONCURRENCY_LIMIT}..{conf.MAX_CONCURRENCY_LIMIT}"
     errors: list[CheckMessage] = []
-    default = getattr(settings, "WORKHORSE_DEFAULT_CONCURRENCY_LIMIT", conf.DEFAULT_CONCURRENCY_LIMIT)
+    default = _configured("DEFAULT_CONCURRENCY_LIMIT")
     if not _is_limit(default):
         errors.append(
             Error(
@@ -97,7 +113,7 @@ def _concurrency_limits() -> list[CheckMessage]:
                 id="workhorse.E007",
             )
         )
-    limits = getattr(settings, "WORKHORSE_CONCURRENCY_LIMITS", {})
+    limits = _configured("CONCURRENCY_LIMITS")
     if not isinstance(limits, dict) or not all(isinstance(k, str) and _is_limit(v) for k, v in limits.items()):
         errors.append(
             Error(

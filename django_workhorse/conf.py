@@ -22,6 +22,9 @@ MAX_DELAY = timedelta(days=365)
 MIN_PRIORITY, MAX_PRIORITY = 0, 100
 MIN_ATTEMPTS, MAX_ATTEMPTS = 1, 100
 DEFAULT_MAX_ATTEMPTS = 25
+# A worker's lease on the jobs it claims, and how long a stopping worker waits for running handlers.
+DEFAULT_LEASE = timedelta(seconds=30)
+DEFAULT_DRAIN_TIMEOUT = timedelta(seconds=25)
 MAX_TAGS = 20
 MAX_TAG_CHARS = 100
 MAX_QUEUE_CHARS = 100

@@ -6,11 +6,14 @@ a rename cannot silently break the code that translates their violations.
 
 from __future__ import annotations
 
+import operator
 from datetime import datetime
+from functools import reduce
 
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
 from django.db.models.functions import Length
+from django.utils import timezone
 
 from django_workhorse import conf
 from django_workhorse.fingerprint import key_digest
@@ -46,6 +49,11 @@ EFFECT_SCOPE_CHECK = "workhorse_effect_scope_check"
 # The identity sequence PostgreSQL creates for workhorse_job.id; enqueue draws ids from it
 # before inserting so that a binding and its job can be written in one statement.
 JOB_ID_SEQUENCE = "workhorse_job_id_seq"
+# How a job's children (bindings, events, checkpoints, redrive records) reference it. The database
+# deletes them with the job (ON DELETE CASCADE, set by migration 0007, since Django 5.2 cannot declare
+# it), so purge and prune delete only jobs and ``Job.objects.filter(...).delete()`` is one DELETE:
+# DO_NOTHING keeps the ORM from collecting and deleting the children itself.
+JOB_CHILD = models.DO_NOTHING
 
 
 def _octet_length(field: str) -> models.Func:
@@ -208,47 +216,21 @@ class Job(models.Model):
         return f"{self.job_type} #{self.pk}"
 
 
-class IdempotencyBinding(models.Model):
-    """Ownership of a scoped key by one job, in one keyed mode.
+class HashedKey(models.Model):
+    """A scoped key stored only as its SHA-256 (``fingerprint.key_hash``), a bounded preview and,
+    derived from the hash, a digest: the columns, checks and display shared by bindings and effects.
 
-    The unique constraint on ``(scope, key_hash)`` is the only arbiter of racing producers. The raw
-    key is never stored: only its hash, a bounded preview and, derived from the hash, a digest.
+    Each model declares its own ``expires_at`` (a unique key's binding has none; an effect always
+    has one) and passes its constraint and index names to ``hashed_key_constraints`` and
+    ``hashed_key_indexes``, so the schema keeps the names the sql package refers to.
     """
 
     scope = models.CharField(max_length=conf.MAX_SCOPE_BYTES)
     key_hash = models.BinaryField(max_length=32)
     key_preview = models.CharField(max_length=16)
-    mode = models.CharField(max_length=16, choices=[(mode.value, mode.value) for mode in KeyMode])
-    request_digest = models.BinaryField(max_length=32)
-    field_digests = models.JSONField()
-    previous_request_digest = models.BinaryField(
-        max_length=32, null=True, blank=True, help_text="The request digest the last debounce replacement superseded."
-    )
-    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="bindings")
-    created_at = models.DateTimeField()
-    expires_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
-        db_table = "workhorse_binding"
-        verbose_name = "idempotency binding"
-        permissions = [("release_binding", "Can release idempotency bindings")]
-        constraints = [
-            models.UniqueConstraint(fields=["scope", "key_hash"], name=BINDING_KEY_UNIQ),
-            models.CheckConstraint(
-                condition=models.lookups.Exact(_octet_length("key_hash"), 32), name=BINDING_KEY_HASH_CHECK
-            ),
-            models.CheckConstraint(
-                condition=models.Q(
-                    models.lookups.GreaterThanOrEqual(_octet_length("scope"), 1),
-                    models.lookups.LessThanOrEqual(_octet_length("scope"), conf.MAX_SCOPE_BYTES),
-                ),
-                name=BINDING_SCOPE_CHECK,
-            ),
-            models.CheckConstraint(
-                condition=models.Q(mode__in=[mode.value for mode in KeyMode]), name=BINDING_MODE_CHECK
-            ),
-        ]
-        indexes = [models.Index(fields=["expires_at"], name=BINDING_EXPIRES_IDX)]
+        abstract = True
 
     def __str__(self) -> str:
         return f"{self.scope}:{self.key_preview} [{self.key_digest}]"
@@ -258,8 +240,93 @@ class IdempotencyBinding(models.Model):
         """The 12-hex digest of the key, for display and search."""
         return key_digest(bytes(self.key_hash))
 
-    def is_expired(self, now: datetime) -> bool:
-        return self.expires_at is not None and self.expires_at <= now
+
+def hashed_key_constraints(*, unique: str, key_hash_check: str, scope_check: str) -> list[models.BaseConstraint]:
+    """One owner per ``(scope, key_hash)``, a 32-byte hash and a scope of 1..MAX_SCOPE_BYTES bytes."""
+    return [
+        models.UniqueConstraint(fields=["scope", "key_hash"], name=unique),
+        models.CheckConstraint(condition=models.lookups.Exact(_octet_length("key_hash"), 32), name=key_hash_check),
+        models.CheckConstraint(
+            condition=models.Q(
+                models.lookups.GreaterThanOrEqual(_octet_length("scope"), 1),
+                models.lookups.LessThanOrEqual(_octet_length("scope"), conf.MAX_SCOPE_BYTES),
+            ),
+            name=scope_check,
+        ),
+    ]
+
+
+def hashed_key_indexes(*, expires: str) -> list[models.Index]:
+    """The index maintenance prunes expired rows by."""
+    return [models.Index(fields=["expires_at"], name=expires)]
+
+
+def free_binding_q(now: datetime) -> models.Q:
+    """Bindings that own nothing any more at ``now``: the ORM form of ``_FREE`` in ``sql/keys.py``.
+
+    Built from the same rule table (``FREED_BY``), so the two cannot drift apart. A timed binding
+    without ``expires_at`` is not free, as ``WHERE _FREE`` treats it.
+    """
+    # The sql package imports this module, so its rule table is imported when first used.
+    from django_workhorse.sql.keys import FREED_BY, TERMINAL_JOB_STATUSES
+
+    conditions = []
+    for mode, rule in FREED_BY.items():
+        condition = models.Q(mode=mode)
+        if rule.job_terminal:
+            condition &= models.Q(job__status__in=TERMINAL_JOB_STATUSES)
+        if rule.expired:
+            condition &= models.Q(expires_at__lte=now)
+        conditions.append(condition)
+    return reduce(operator.or_, conditions)
+
+
+class BindingQuerySet(models.QuerySet["IdempotencyBinding"]):
+    """Bindings by whether they still own their key (``now`` defaults to the current time)."""
+
+    def free(self, now: datetime | None = None) -> BindingQuerySet:
+        """Bindings the next request for their key may take over."""
+        free: BindingQuerySet = self.filter(free_binding_q(now or timezone.now()))
+        return free
+
+    def live(self, now: datetime | None = None) -> BindingQuerySet:
+        """Bindings that still own their key."""
+        live: BindingQuerySet = self.exclude(free_binding_q(now or timezone.now()))
+        return live
+
+
+class IdempotencyBinding(HashedKey):
+    """Ownership of a scoped key by one job, in one keyed mode.
+
+    The unique constraint on ``(scope, key_hash)`` is the only arbiter of racing producers. The raw
+    key is never stored: only its hash, a bounded preview and, derived from the hash, a digest.
+    """
+
+    mode = models.CharField(max_length=16, choices=[(mode.value, mode.value) for mode in KeyMode])
+    request_digest = models.BinaryField(max_length=32)
+    field_digests = models.JSONField()
+    previous_request_digest = models.BinaryField(
+        max_length=32, null=True, blank=True, help_text="The request digest the last debounce replacement superseded."
+    )
+    job = models.ForeignKey(Job, on_delete=JOB_CHILD, related_name="bindings")
+    created_at = models.DateTimeField()
+    expires_at = models.DateTimeField(null=True, blank=True)
+
+    objects = BindingQuerySet.as_manager()
+
+    class Meta:
+        db_table = "workhorse_binding"
+        verbose_name = "idempotency binding"
+        permissions = [("release_binding", "Can release idempotency bindings")]
+        constraints = [
+            *hashed_key_constraints(
+                unique=BINDING_KEY_UNIQ, key_hash_check=BINDING_KEY_HASH_CHECK, scope_check=BINDING_SCOPE_CHECK
+            ),
+            models.CheckConstraint(
+                condition=models.Q(mode__in=[mode.value for mode in KeyMode]), name=BINDING_MODE_CHECK
+            ),
+        ]
+        indexes = hashed_key_indexes(expires=BINDING_EXPIRES_IDX)
 
 
 class DeadJob(Job):
@@ -273,7 +340,7 @@ class DeadJob(Job):
 class JobEvent(models.Model):
     """One transition in a job's history."""
 
-    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events")
+    job = models.ForeignKey(Job, on_delete=JOB_CHILD, related_name="events")
     kind = models.CharField(max_length=32, choices=EventKind.choices)
     attempt = models.IntegerField(default=0)
     at = models.DateTimeField()
@@ -290,7 +357,7 @@ class JobEvent(models.Model):
 class Checkpoint(models.Model):
     """The stored result of one named stage of a job, reused by its later attempts."""
 
-    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="checkpoints")
+    job = models.ForeignKey(Job, on_delete=JOB_CHILD, related_name="checkpoints")
     name = models.CharField(max_length=200)
     value = models.JSONField(encoder=DjangoJSONEncoder, null=True)
     attempt = models.IntegerField(help_text="The attempt that saved it.")
@@ -307,9 +374,9 @@ class Checkpoint(models.Model):
 class Redrive(models.Model):
     """A request to run a dead job again as a new job; one per (source job, request id)."""
 
-    source = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="redrives")
+    source = models.ForeignKey(Job, on_delete=JOB_CHILD, related_name="redrives")
     request_id = models.CharField(max_length=conf.MAX_REQUEST_ID_CHARS)
-    new_job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="redriven_from")
+    new_job = models.ForeignKey(Job, on_delete=JOB_CHILD, related_name="redriven_from")
     requested_by = models.CharField(max_length=conf.MAX_REQUESTED_BY_CHARS, blank=True)
     reason = models.TextField(blank=True)
     created_at = models.DateTimeField()
@@ -342,7 +409,7 @@ class WorkerRecord(models.Model):
         return self.name
 
 
-class EffectRecord(models.Model):
+class EffectRecord(HashedKey):
     """One operation of the effect ledger (``effects.once``): its scoped key and stored result.
 
     Written in the same transaction as the effect it records, so both commit or neither does. The
@@ -350,9 +417,6 @@ class EffectRecord(models.Model):
     bindings, the raw key is never stored: only its hash, a bounded preview and a digest.
     """
 
-    scope = models.CharField(max_length=conf.MAX_SCOPE_BYTES)
-    key_hash = models.BinaryField(max_length=32)
-    key_preview = models.CharField(max_length=16)
     result = models.JSONField(encoder=DjangoJSONEncoder, null=True, blank=True)
     created_at = models.DateTimeField(help_text="When the operation was claimed.")
     completed_at = models.DateTimeField(
@@ -363,28 +427,7 @@ class EffectRecord(models.Model):
     class Meta:
         db_table = "workhorse_effect"
         verbose_name = "effect record"
-        constraints = [
-            models.UniqueConstraint(fields=["scope", "key_hash"], name=EFFECT_KEY_UNIQ),
-            models.CheckConstraint(
-                condition=models.lookups.Exact(_octet_length("key_hash"), 32), name=EFFECT_KEY_HASH_CHECK
-            ),
-            models.CheckConstraint(
-                condition=models.Q(
-                    models.lookups.GreaterThanOrEqual(_octet_length("scope"), 1),
-                    models.lookups.LessThanOrEqual(_octet_length("scope"), conf.MAX_SCOPE_BYTES),
-                ),
-                name=EFFECT_SCOPE_CHECK,
-            ),
-        ]
-        indexes = [models.Index(fields=["expires_at"], name=EFFECT_EXPIRES_IDX)]
-
-    def __str__(self) -> str:
-        return f"{self.scope}:{self.key_preview} [{self.key_digest}]"
-
-    @property
-    def key_digest(self) -> str:
-        """The 12-hex digest of the key, for display and search."""
-        return key_digest(bytes(self.key_hash))
-
-    def is_expired(self, now: datetime) -> bool:
-        return self.expires_at <= now
+        constraints = hashed_key_constraints(
+            unique=EFFECT_KEY_UNIQ, key_hash_check=EFFECT_KEY_HASH_CHECK, scope_check=EFFECT_SCOPE_CHECK
+        )
+        indexes = hashed_key_indexes(expires=EFFECT_EXPIRES_IDX)

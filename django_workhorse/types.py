@@ -7,6 +7,7 @@ from datetime import datetime, timedelta
 from enum import Enum
 from typing import Any, Literal
 
+from django_workhorse.conf import DEFAULT_MAX_ATTEMPTS
 from django_workhorse.retry import RetryPolicy
 
 JobId = int
@@ -106,7 +107,7 @@ class EnqueueOptions:
     run_at: datetime | None = None
     delay: timedelta | None = None
     tags: tuple[str, ...] | list[str] = ()
-    max_attempts: int = 25
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
     retry_policy: RetryPolicy | None = None
     deadline: datetime | None = None
     timeout: timedelta | None = None

@@ -1,4 +1,4 @@
-"""System checks: PostgreSQL only (workhorse.E001), settings within their bounds (E002-E008)."""
+"""System checks: PostgreSQL only (workhorse.E001), settings within their bounds (E002-E010), each at its edge."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from django.db.utils import ConnectionHandler
 from django.test import override_settings
 
 from django_workhorse.checks import check_database, check_settings
+from django_workhorse.conf import WorkhorseSettings
 
 MiB = 1024 * 1024
 
@@ -167,3 +168,54 @@ def test_check_settings_rejects_bad_concurrency_limits(limits):
         assert check_settings() == [
             Error("WORKHORSE_CONCURRENCY_LIMITS must map concurrency keys to integers in 1..1000.", id="workhorse.E008")
         ]
+
+
+@pytest.mark.parametrize("size", [1024, 16 * MiB], ids=["1-KiB", "16-MiB"])
+def test_check_settings_accepts_result_limit_at_edge(size):
+    with override_settings(WORKHORSE_MAX_RESULT_BYTES=size):
+        assert check_settings() == []
+
+
+@pytest.mark.parametrize("size", [1023, 16 * MiB + 1, "1048576", True, 1048576.0, None], ids=repr)
+def test_check_settings_rejects_bad_result_limit(size):
+    with override_settings(WORKHORSE_MAX_RESULT_BYTES=size):
+        assert check_settings() == [
+            Error(
+                f"WORKHORSE_MAX_RESULT_BYTES must be an integer in 1024..{16 * MiB}, got {size!r}.",
+                id="workhorse.E009",
+            )
+        ]
+
+
+@pytest.mark.parametrize("prepared", [True, False])
+def test_check_settings_accepts_prepared_statements_flag(prepared):
+    with override_settings(WORKHORSE_PREPARED_STATEMENTS=prepared):
+        assert check_settings() == []
+
+
+@pytest.mark.parametrize("prepared", [1, 0, "False", None], ids=repr)
+def test_check_settings_rejects_a_prepared_statements_value_that_is_not_a_bool(prepared):
+    with override_settings(WORKHORSE_PREPARED_STATEMENTS=prepared):
+        assert check_settings() == [
+            Error(f"WORKHORSE_PREPARED_STATEMENTS must be True or False, got {prepared!r}.", id="workhorse.E010")
+        ]
+
+
+@pytest.mark.parametrize(
+    ("name", "bad", "check_id"),
+    [
+        ("MAX_PAYLOAD_BYTES", 0, "workhorse.E002"),
+        ("NOTIFY_CHANNEL", "", "workhorse.E003"),
+        ("JOB_RETENTION", timedelta(0), "workhorse.E004"),
+        ("MAINTENANCE_INTERVAL", timedelta(0), "workhorse.E005"),
+        ("WORKER_STALE_AFTER", timedelta(0), "workhorse.E006"),
+        ("DEFAULT_CONCURRENCY_LIMIT", 0, "workhorse.E007"),
+        ("CONCURRENCY_LIMITS", {"k": 0}, "workhorse.E008"),
+        ("MAX_RESULT_BYTES", 0, "workhorse.E009"),
+        ("PREPARED_STATEMENTS", "yes", "workhorse.E010"),
+    ],
+)
+def test_checks_read_each_setting_through_app_settings(monkeypatch, name, bad, check_id):
+    """A default (or any value) that app_settings hands out is what the check judges."""
+    monkeypatch.setattr(WorkhorseSettings, name, property(lambda self: bad))
+    assert check_ids(check_settings()) == [check_id]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from django_workhorse.fingerprint import DIGEST_HEX_CHARS
 from django_workhorse.models import JOB_ID_SEQUENCE
 from django_workhorse.sql._connection import _execute
 
@@ -135,10 +136,10 @@ SELECT id FROM moved CROSS JOIN (SELECT count(*) FROM notified) AS n
 # release_binding: free a key at once (an operator's "release"), recording who did it on the job
 # the key named. Returns the job ids whose keys were released. It updates no job: the event rows
 # only take the key-share locks of their foreign key, which no job UPDATE here conflicts with.
-RELEASE_BINDINGS = """
+RELEASE_BINDINGS = f"""
 WITH released AS (
     DELETE FROM workhorse_binding WHERE id = ANY(%(binding_ids)s::bigint[])
-    RETURNING job_id, mode, scope, encode(substring(key_hash from 1 for 6), 'hex') AS key_digest
+    RETURNING job_id, mode, scope, encode(substring(key_hash from 1 for {DIGEST_HEX_CHARS // 2}), 'hex') AS key_digest
 )
 INSERT INTO workhorse_job_event (job_id, kind, attempt, at, details)
 SELECT released.job_id, 'key_released', job.attempt, clock_timestamp(), jsonb_build_object(

@@ -11,9 +11,11 @@ from datetime import datetime, timedelta
 from django_workhorse.sql._connection import _execute, _run
 from django_workhorse.sql.keys import _FREE, _TERMINAL
 
-# purge_queued: delete queued jobs of a queue (or by id) with their events, checkpoints and
-# lineage records, and release their bindings at once, in one statement. Running and finished
-# jobs are left alone. Jobs are locked in id order, skipping those locked by anyone else.
+# purge_queued: delete queued jobs of a queue (or by id), in one statement. Their bindings are
+# released at once, and their events, checkpoints (a job waiting for a retry may have some) and
+# lineage records go too: every child row of a job references it ON DELETE CASCADE (models.JOB_CHILD).
+# Running and finished jobs are left alone. Jobs are locked in id order, skipping those locked by
+# anyone else.
 PURGE_QUEUED = """
 WITH doomed AS MATERIALIZED (
     SELECT id FROM workhorse_job
@@ -22,12 +24,7 @@ WITH doomed AS MATERIALIZED (
       AND (%(job_ids)s::bigint[] IS NULL OR id = ANY(%(job_ids)s::bigint[]))
     ORDER BY id
     FOR UPDATE SKIP LOCKED
-),
-released AS (DELETE FROM workhorse_binding WHERE job_id IN (SELECT id FROM doomed)),
-history AS (DELETE FROM workhorse_job_event WHERE job_id IN (SELECT id FROM doomed)),
--- A job waiting for a retry may have saved checkpoints; a redriven job has a lineage record.
-checkpoints AS (DELETE FROM workhorse_checkpoint WHERE job_id IN (SELECT id FROM doomed)),
-lineage AS (DELETE FROM workhorse_redrive WHERE new_job_id IN (SELECT id FROM doomed))
+)
 DELETE FROM workhorse_job WHERE id IN (SELECT id FROM doomed)
 """
 
@@ -69,9 +66,10 @@ PRUNE_STALE_WORKERS = "DELETE FROM workhorse_worker WHERE heartbeat_at < clock_t
 
 
 # prune_finished_jobs: delete up to %(limit)s jobs that finished before %(before)s and whose
-# bindings own nothing any more (a live key always finds its job), with those bindings, events,
-# checkpoints and redrive records. Candidates come from workhorse_job_finished_idx; those not
-# locked by anyone else are locked in id order (SKIP LOCKED).
+# bindings own nothing any more (a live key always finds its job); those bindings, their events,
+# checkpoints and redrive records (as source or as new job) go with them (ON DELETE CASCADE).
+# Candidates come from workhorse_job_finished_idx; those not locked by anyone else are locked in
+# id order (SKIP LOCKED).
 PRUNE_FINISHED_JOBS = f"""
 WITH doomed AS MATERIALIZED (
     SELECT id FROM workhorse_job
@@ -86,13 +84,6 @@ WITH doomed AS MATERIALIZED (
     )
     ORDER BY id
     FOR UPDATE SKIP LOCKED
-),
-released AS (DELETE FROM workhorse_binding WHERE job_id IN (SELECT id FROM doomed)),
-events AS (DELETE FROM workhorse_job_event WHERE job_id IN (SELECT id FROM doomed)),
-checkpoints AS (DELETE FROM workhorse_checkpoint WHERE job_id IN (SELECT id FROM doomed)),
-redrives AS (
-    DELETE FROM workhorse_redrive
-    WHERE source_id IN (SELECT id FROM doomed) OR new_job_id IN (SELECT id FROM doomed)
 )
 DELETE FROM workhorse_job WHERE id IN (SELECT id FROM doomed)
 """

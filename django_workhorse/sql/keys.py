@@ -1,15 +1,51 @@
-"""SQL fragments shared by the statements that decide who owns a key."""
+"""SQL fragments shared by the statements that decide who owns a key.
+
+Whether a binding still owns its key is defined once, here, as data (``FREED_BY``): ``_FREE`` is
+generated from it for the SQL statements, and ``IdempotencyBinding.objects.free()``/``.live()``
+build their ORM filter from the same data (``models.free_binding_q``).
+"""
 
 from __future__ import annotations
 
-# Whether a binding (joined with its job) owns nothing any more, so the next request may take the
-# key over: idempotency and throttle keys once their time is up, unique keys once their job is
+from dataclasses import dataclass
+from typing import Final
+
+
+@dataclass(frozen=True)
+class FreedBy:
+    """What frees the key of a binding of one mode: its job finished, its time is up, or both."""
+
+    job_terminal: bool
+    expired: bool
+
+
+TERMINAL_JOB_STATUSES: Final = ("succeeded", "dead", "cancelled")
+# Idempotency and throttle keys are free once their time is up, unique keys once their job is
 # terminal, debounce keys once both hold (debounce keeps its key one window past the scheduled run).
-_TERMINAL = "('succeeded', 'dead', 'cancelled')"
-_FREE = f"""CASE binding.mode
-    WHEN 'unique' THEN job.status IN {_TERMINAL}
-    WHEN 'debounce' THEN job.status IN {_TERMINAL} AND binding.expires_at <= {{now}}
-    ELSE binding.expires_at <= {{now}} END"""
+FREED_BY: Final = {
+    "idempotency": FreedBy(job_terminal=False, expired=True),
+    "unique": FreedBy(job_terminal=True, expired=False),
+    "debounce": FreedBy(job_terminal=True, expired=True),
+    "throttle": FreedBy(job_terminal=False, expired=True),
+}
+
+_TERMINAL = "(" + ", ".join(f"'{status}'" for status in TERMINAL_JOB_STATUSES) + ")"
+
+
+def _freed_when(rule: FreedBy) -> str:
+    """Return the SQL condition of ``rule`` over ``binding`` and ``job``, with a ``{now}`` placeholder."""
+    terms = [f"job.status IN {_TERMINAL}"] if rule.job_terminal else []
+    terms += ["binding.expires_at <= {now}"] if rule.expired else []
+    return " AND ".join(terms)
+
+
+# Whether a binding (joined with its job) owns nothing any more, so the next request may take the
+# key over. NULL (a timed key without expires_at) counts as "not free" wherever it is used.
+_FREE = (
+    "CASE binding.mode"
+    + "".join(f"\n    WHEN '{mode}' THEN {_freed_when(rule)}" for mode, rule in FREED_BY.items())
+    + " END"
+)
 # Where the bound job is, for debounce: 'open' (queued, never started, window open: replaceable),
 # 'due' (queued, never started, window elapsed: a worker is about to take it) or 'started'.
 _JOB_STATE = """CASE WHEN job.status <> 'queued' OR job.attempt > 0 THEN 'started'

@@ -19,7 +19,7 @@ from datetime import timedelta
 from django.db import DatabaseError, close_old_connections, connections
 
 from django_workhorse import sql
-from django_workhorse.conf import app_settings
+from django_workhorse.conf import DEFAULT_DRAIN_TIMEOUT, DEFAULT_LEASE, app_settings
 from django_workhorse.exceptions import WorkerThreadError
 from django_workhorse.maintenance import run_maintenance
 from django_workhorse.worker.context import HandlerContext
@@ -28,9 +28,6 @@ from django_workhorse.worker.held import HeldJob
 from django_workhorse.worker.recording import close_connection, write_outcomes
 
 logger = logging.getLogger(__name__)
-
-DEFAULT_LEASE = timedelta(seconds=30)
-DEFAULT_DRAIN_TIMEOUT = timedelta(seconds=25)
 
 
 @dataclass

@@ -10,6 +10,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils.module_loading import autodiscover_modules
 
+from django_workhorse.conf import DEFAULT_DRAIN_TIMEOUT, DEFAULT_LEASE
 from django_workhorse.exceptions import WorkerThreadError
 from django_workhorse.worker import Worker
 
@@ -62,9 +63,12 @@ class Command(BaseCommand):
         parser.add_argument("--batch", type=bounded_int(1, 1000), default=None, help="Jobs claimed per round trip.")
         parser.add_argument("--burst", action="store_true", help="Exit when no job is ready.")
         parser.add_argument("--max-jobs", type=bounded_int(1, 10**9), default=None, help="Exit after this many.")
-        parser.add_argument("--lease", type=positive_seconds, default=30.0, help="Lease in seconds (30).")
+        lease, drain = DEFAULT_LEASE.total_seconds(), DEFAULT_DRAIN_TIMEOUT.total_seconds()
+        parser.add_argument("--lease", type=positive_seconds, default=lease, help=f"Lease in seconds ({lease:g}).")
         parser.add_argument("--poll-interval", type=positive_seconds, default=1.0, help="Fallback poll (1 s).")
-        parser.add_argument("--drain-timeout", type=positive_seconds, default=25.0, help="Grace on stop (25 s).")
+        parser.add_argument(
+            "--drain-timeout", type=positive_seconds, default=drain, help=f"Grace on stop ({drain:g} s)."
+        )
         parser.add_argument("--database", default="default", help="Database alias for jobs.")
         parser.add_argument(
             "--listen-database",

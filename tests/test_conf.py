@@ -1,0 +1,75 @@
+"""Settings: each WORKHORSE_* name read at access time, with its default; one constant per default."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.core.management import load_command_class
+from django.test import override_settings
+
+from django_workhorse import conf
+from django_workhorse.conf import app_settings
+from django_workhorse.models import Job
+from django_workhorse.types import EnqueueOptions
+from django_workhorse.worker import Worker
+
+DEFAULTS = {
+    "MAX_PAYLOAD_BYTES": 1024 * 1024,
+    "MAX_RESULT_BYTES": 1024 * 1024,
+    "NOTIFY_CHANNEL": "workhorse",
+    "PREPARED_STATEMENTS": True,
+    "JOB_RETENTION": timedelta(days=14),
+    "MAINTENANCE_INTERVAL": timedelta(minutes=1),
+    "WORKER_STALE_AFTER": timedelta(minutes=5),
+    "CONCURRENCY_LIMITS": {},
+    "DEFAULT_CONCURRENCY_LIMIT": 1,
+    "EAGER": False,
+    "EAGER_PROPAGATES": True,
+}
+OVERRIDES = {
+    "MAX_PAYLOAD_BYTES": 2048,
+    "MAX_RESULT_BYTES": 4096,
+    "NOTIFY_CHANNEL": "elsewhere",
+    "PREPARED_STATEMENTS": False,
+    "JOB_RETENTION": timedelta(days=1),
+    "MAINTENANCE_INTERVAL": timedelta(seconds=5),
+    "WORKER_STALE_AFTER": timedelta(minutes=1),
+    "CONCURRENCY_LIMITS": {"k": 3},
+    "DEFAULT_CONCURRENCY_LIMIT": 2,
+    "EAGER": True,
+    "EAGER_PROPAGATES": False,
+}
+
+
+def test_every_setting_is_listed_here():
+    names = {name for name, value in vars(conf.WorkhorseSettings).items() if isinstance(value, property)}
+    assert names == set(DEFAULTS) == set(OVERRIDES)
+
+
+@pytest.mark.parametrize("name", DEFAULTS)
+def test_each_setting_has_its_default(name, settings):
+    if hasattr(settings, f"WORKHORSE_{name}"):
+        delattr(settings, f"WORKHORSE_{name}")
+    assert getattr(app_settings, name) == DEFAULTS[name]
+
+
+@pytest.mark.parametrize("name", OVERRIDES)
+def test_each_setting_is_read_at_access_time(name):
+    with override_settings(**{f"WORKHORSE_{name}": OVERRIDES[name]}):
+        assert getattr(app_settings, name) == OVERRIDES[name]
+    assert getattr(app_settings, name) == DEFAULTS[name]
+
+
+def test_max_attempts_has_one_default_everywhere():
+    assert EnqueueOptions().max_attempts == conf.DEFAULT_MAX_ATTEMPTS
+    assert Job._meta.get_field("max_attempts").default == conf.DEFAULT_MAX_ATTEMPTS
+
+
+def test_the_worker_and_its_command_share_the_lease_and_drain_defaults():
+    worker = Worker()
+    assert (worker.lease, worker.drain_timeout) == (conf.DEFAULT_LEASE, conf.DEFAULT_DRAIN_TIMEOUT)
+    parser = load_command_class("django_workhorse", "workhorse_worker").create_parser("manage.py", "workhorse_worker")
+    options = parser.parse_args([])
+    assert timedelta(seconds=options.lease) == conf.DEFAULT_LEASE
+    assert timedelta(seconds=options.drain_timeout) == conf.DEFAULT_DRAIN_TIMEOUT

@@ -1,0 +1,66 @@
+"""The operator's numbers (stats.py) against real rows: depths, throughput, failures, workers."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from django_workhorse import stats
+from django_workhorse.models import JobStatus, WorkerRecord
+from tests.factories import JobFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def test_queue_depths_count_each_live_state_per_queue_and_the_oldest_ready_age():
+    now = timezone.now()
+    JobFactory(queue="a", run_at=now - timedelta(seconds=90))
+    JobFactory(queue="a", run_at=now - timedelta(seconds=10))
+    JobFactory(queue="a", run_at=now + timedelta(hours=1))
+    JobFactory(queue="a", status=JobStatus.RUNNING, attempt=1)
+    JobFactory(queue="b", status=JobStatus.DEAD, attempt=1, finished_at=now)
+    JobFactory(queue="c", status=JobStatus.SUCCEEDED, attempt=1, finished_at=now)  # not live: no row
+    assert stats.queue_depths(now=now) == [
+        stats.QueueDepth(queue="a", ready=2, scheduled=1, running=1, dead=0, oldest_ready_age=timedelta(seconds=90)),
+        stats.QueueDepth(queue="b", dead=1),
+    ]
+
+
+def test_throughput_counts_finished_jobs_per_minute_over_the_window():
+    now = timezone.now().replace(second=30, microsecond=0)
+    minute = now.replace(second=0)
+    JobFactory(status=JobStatus.SUCCEEDED, finished_at=now)
+    JobFactory(status=JobStatus.SUCCEEDED, finished_at=now - timedelta(minutes=2))
+    JobFactory(status=JobStatus.DEAD, finished_at=now - timedelta(minutes=2))
+    JobFactory(status=JobStatus.CANCELLED, finished_at=now)
+    JobFactory(status=JobStatus.SUCCEEDED, finished_at=now - timedelta(minutes=61))  # outside
+    result = stats.throughput(now=now, minutes=60)
+    assert len(result.minutes) == 60 and result.minutes[-1] == minute
+    assert (result.succeeded[-1], result.failed[-1]) == (1, 1)
+    assert (result.succeeded[-3], result.failed[-3]) == (1, 1)
+    assert result.total == 4
+
+
+def test_recent_failures_are_dead_jobs_newest_first_with_the_head_of_their_error():
+    now = timezone.now()
+    old = JobFactory(status=JobStatus.DEAD, finished_at=now - timedelta(hours=1), last_error="old")
+    new = JobFactory(status=JobStatus.DEAD, finished_at=now, last_error="x" * 3000)
+    JobFactory(status=JobStatus.CANCELLED, finished_at=now)
+    failures = stats.recent_failures(limit=10)
+    assert [job.pk for job in failures] == [new.pk, old.pk]
+    assert failures[0].error_head == "x" * stats.ERROR_HEAD_CHARS
+    assert [job.pk for job in stats.recent_failures(limit=1)] == [new.pk]
+
+
+def test_workers_list_the_jobs_each_is_running():
+    now = timezone.now()
+    for name in ("w2", "w1"):
+        WorkerRecord.objects.create(
+            name=name, host="h", pid=1, queues=["default"], concurrency=2, started_at=now, heartbeat_at=now
+        )
+    running = [JobFactory(status=JobStatus.RUNNING, attempt=1, claimed_by="w1") for _ in range(2)]
+    JobFactory(status=JobStatus.SUCCEEDED, claimed_by="w1", finished_at=now)
+    listed = stats.workers()
+    assert [(w.name, w.running_job_ids) for w in listed] == [("w1", [job.pk for job in running]), ("w2", [])]
