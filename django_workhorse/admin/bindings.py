@@ -24,9 +24,8 @@ from django.views.decorators.debug import sensitive_post_parameters
 from django_workhorse import conf
 from django_workhorse.actions import release_bindings
 from django_workhorse.fingerprint import key_hash
-from django_workhorse.models import TERMINAL_STATUSES, IdempotencyBinding
+from django_workhorse.models import IdempotencyBinding, free_binding_q
 from django_workhorse.storable import check_text
-from django_workhorse.types import KeyMode
 
 from .base import ReadOnlyAdmin, actor, has_permission
 from .confirmation import Preview, confirm, confirmed_request_id
@@ -46,16 +45,6 @@ def digest_prefix_filter(term: str, *, of_jobs: bool = False) -> Q | None:
     return Q(pk__in=matching.values("job_id" if of_jobs else "pk"))
 
 
-def live_binding_q(now: Any) -> Q:
-    """Bindings that still own their key (the ORM twin of ``_FREE`` in sql/keys.py, negated)."""
-    terminal = Q(job__status__in=TERMINAL_STATUSES)
-    return (
-        Q(mode__in=[KeyMode.IDEMPOTENCY, KeyMode.THROTTLE], expires_at__gt=now)
-        | (Q(mode=KeyMode.UNIQUE) & ~terminal)
-        | (Q(mode=KeyMode.DEBOUNCE) & (~terminal | Q(expires_at__gt=now)))
-    )
-
-
 class LiveFilter(admin.SimpleListFilter):
     """Bindings that still own their key, or that own nothing any more (expired, job finished)."""
 
@@ -66,11 +55,11 @@ class LiveFilter(admin.SimpleListFilter):
         return [("active", "Active"), ("expired", "Expired / free")]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
-        live = live_binding_q(timezone.now())
+        free = free_binding_q(timezone.now())
         if self.value() == "active":
-            return queryset.filter(live)
+            return queryset.exclude(free)
         if self.value() == "expired":
-            return queryset.exclude(live)
+            return queryset.filter(free)
         return queryset
 
 
@@ -138,7 +127,7 @@ class BindingAdmin(ReadOnlyAdmin):
     actions = ["release"]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
-        live = ExpressionWrapper(live_binding_q(timezone.now()), output_field=BooleanField())
+        live = ExpressionWrapper(~free_binding_q(timezone.now()), output_field=BooleanField())
         return super().get_queryset(request).select_related("job").annotate(is_live=live)
 
     def has_release_permission(self, request: HttpRequest) -> bool:

@@ -14,7 +14,6 @@ from django.db.models import Exists, OuterRef, Q, QuerySet, Subquery
 from django.db.models.functions import Left
 from django.http import HttpRequest, HttpResponse
 from django.urls import URLPattern, path
-from django.utils import timezone
 
 from django_workhorse import stats
 from django_workhorse.actions import cancel, purge, redrive, run_now
@@ -22,7 +21,7 @@ from django_workhorse.exceptions import WorkhorseError
 from django_workhorse.models import Checkpoint, IdempotencyBinding, Job, JobEvent, JobStatus, Redrive
 
 from .base import ReadOnlyAdmin, actor, has_permission, parse_id
-from .bindings import digest_prefix_filter, live_binding_q
+from .bindings import digest_prefix_filter
 from .confirmation import Preview, confirm, confirmed_request_id, job_rows
 from .dashboard import dashboard_view
 from .display import event_details, pretty_json
@@ -228,8 +227,7 @@ class JobAdmin(ReadOnlyAdmin):
                 redriven_from=Redrive.objects.filter(new_job=job).first(),
                 redriven_to=list(Redrive.objects.filter(source=job).order_by("id")),
                 binding=binding,
-                binding_live=binding is not None
-                and IdempotencyBinding.objects.filter(live_binding_q(timezone.now()), pk=binding.pk).exists(),
+                binding_live=binding is not None and IdempotencyBinding.objects.live().filter(pk=binding.pk).exists(),
             )
         return super().change_view(request, object_id, form_url, context)
 
