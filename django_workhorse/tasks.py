@@ -9,8 +9,9 @@ from typing import Any, Generic, ParamSpec, TypeVar
 from django_workhorse import conf
 from django_workhorse.exceptions import EnqueueValidationError
 from django_workhorse.fingerprint import derived_key
-from django_workhorse.registry import Handler, add_handler, bind_arguments, declares_context
+from django_workhorse.registry import Handler, add_handler
 from django_workhorse.retry import RetryPolicy
+from django_workhorse.signatures import bind_arguments, declares_context
 from django_workhorse.types import EnqueueOptions, EnqueueRequest, EnqueueResult, JobId, Unique
 from django_workhorse.validation import MODE_OPTIONS, check_key_text, resolve_options
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from django_workhorse.backends._framework import InvalidTask, Task, normalize_json
 from django_workhorse.fingerprint import derived_key
 from django_workhorse.retry import RetryPolicy
+from django_workhorse.signatures import bind_call
 from django_workhorse.types import Debounce, EnqueueOptions, Idempotency, Throttle, Unique
 from django_workhorse.validation import MODE_OPTIONS
 
@@ -185,12 +186,7 @@ def _keyed_mode(task: WorkhorseTask, args: list[Any], kwargs: dict[str, Any]) ->
 
 
 def _bind(task: Task[..., Any], args: list[Any], kwargs: dict[str, Any]) -> inspect.BoundArguments:
-    signature = inspect.signature(task.func)
-    if task.takes_context:  # the TaskContext is the worker's to pass, not the caller's
-        signature = signature.replace(parameters=list(signature.parameters.values())[1:])
-    bound = signature.bind(*args, **kwargs)
-    bound.apply_defaults()
-    return bound
+    return bind_call(task.func, args, kwargs, skip_context=task.takes_context)  # the TaskContext is the worker's
 
 
 def _bound_arguments(task: Task[..., Any], args: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
