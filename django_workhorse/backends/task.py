@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django_workhorse.backends._framework import InvalidTask, Task, normalize_json
+from django_workhorse.call_keys import call_key
 from django_workhorse.fingerprint import derived_key
 from django_workhorse.retry import RetryPolicy
 from django_workhorse.signatures import bind_call
@@ -175,14 +176,16 @@ def build_request(
 
 
 def _keyed_mode(task: WorkhorseTask, args: list[Any], kwargs: dict[str, Any]) -> tuple[str, Any] | None:
-    if task.idempotent:
-        return "unique", Unique(derived_key(task.module_path, _bound_arguments(task, args, kwargs)))
+    modes: dict[str, Any] = {}  # validate_task lets at most one through, and none with idempotent=True
     for name in MODE_OPTIONS:
         spec = getattr(task, name)
         value = spec(*args, **kwargs) if callable(spec) else spec
         if value is not None:
-            return name, value
-    return None
+            modes[name] = value
+    key = call_key(lambda: task.derived_key(*args, **kwargs), task_idempotent=task.idempotent, modes=modes)
+    if key is not None:
+        return "unique", Unique(key)
+    return next(iter(modes.items()), None)
 
 
 def _bind(task: Task[..., Any], args: list[Any], kwargs: dict[str, Any]) -> inspect.BoundArguments:
