@@ -48,6 +48,7 @@ from django_workhorse import (
     enqueue,
 )
 from django_workhorse.conf import MAX_JSON_DEPTH
+from django_workhorse.exceptions import DjangoTaskNotFoundError, WorkhorseBackendNotConfiguredError, WorkhorseError
 from django_workhorse.fingerprint import derived_key
 from django_workhorse.models import Job, JobEvent, JobStatus
 from django_workhorse.registry import Handler, get_handler
@@ -635,6 +636,26 @@ def test_the_worker_resolves_a_task_by_its_module_path():
 @pytest.mark.parametrize("job_type", ["tests.record", "os.path.join", "nodots", "tests.no_such_module.f"])
 def test_only_tasks_resolve(job_type):
     assert resolve_handler(job_type) is None
+
+
+def test_a_job_whose_task_is_gone_since_it_resolved_fails_saying_so(monkeypatch):
+    handler = resolve_handler(add.module_path)
+    assert handler is not None
+    monkeypatch.delattr(sys.modules[__name__], "add")  # renamed or removed after the worker resolved it
+    with pytest.raises(DjangoTaskNotFoundError, match="no longer names a django.tasks task") as caught:
+        handler.func(None, {"args": [1, 2], "kwargs": {}})
+    assert isinstance(caught.value, WorkhorseError) and caught.value.job_type == handler.job_type
+
+
+def test_a_job_with_no_workhorse_backend_configured_fails_saying_so():
+    handler = resolve_handler(add.module_path)
+    assert handler is not None
+    with (
+        override_settings(TASKS={"immediate": TASKS["immediate"]}),
+        pytest.raises(WorkhorseBackendNotConfiguredError, match="no WorkhorseBackend in settings.TASKS") as caught,
+    ):
+        handler.func(None, {"args": [1, 2], "kwargs": {}})
+    assert isinstance(caught.value, WorkhorseError) and caught.value.job_type == add.module_path
 
 
 # -- workhorse options through the decorator and using() -----------------------------------------

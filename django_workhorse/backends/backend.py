@@ -41,7 +41,12 @@ from django_workhorse.backends._framework import (
     task_started,
 )
 from django_workhorse.backends.task import WorkhorseTask, build_request
-from django_workhorse.exceptions import EnqueueValidationError, WorkhorseError
+from django_workhorse.exceptions import (
+    DjangoTaskNotFoundError,
+    EnqueueValidationError,
+    WorkhorseBackendNotConfiguredError,
+    WorkhorseError,
+)
 from django_workhorse.registry import Handler, add_resolver
 from django_workhorse.retry import RetryPolicy
 from django_workhorse.storable import json_depth
@@ -360,14 +365,14 @@ def _backend_for(job_type: str) -> WorkhorseBackend:
     """The backend a job's task names if it is a WorkhorseBackend, else the first one configured."""
     task = _import_task(job_type)
     if task is None:
-        raise WorkhorseError(f"{job_type!r} no longer names a django.tasks task")
+        raise DjangoTaskNotFoundError(job_type)
     with contextlib.suppress(InvalidTaskBackend):
         backend = task.get_backend()
         if isinstance(backend, WorkhorseBackend):
             return backend
     configured = next(_configured_backends(), None)
     if configured is None:
-        raise WorkhorseError(f"no WorkhorseBackend in settings.TASKS to run {job_type!r} with")
+        raise WorkhorseBackendNotConfiguredError(job_type)
     return configured
 
 
