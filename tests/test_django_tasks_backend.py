@@ -41,6 +41,7 @@ from django_workhorse import (
     Debounce,
     EnqueueIdempotencyConflictError,
     EnqueueOutcome,
+    EnqueueValidationError,
     Idempotency,
     RetryPolicy,
     Throttle,
@@ -194,6 +195,10 @@ with override_settings(TASKS=TASKS):
 
     # Django 6.0 passes no extra decorator arguments to the task class: using() right after it does.
     tally = tally.using(idempotent=True)
+
+    @task(max_attempts=1)
+    def enqueue_out_of_bounds() -> None:
+        enqueue("tests.noop", priority=1000)  # workhorse's own enqueue refuses it
 
 
 # -- fixtures and helpers --------------------------------------------------------------------------
@@ -621,6 +626,26 @@ def test_eager_mode_propagates_a_failure_after_recording_it():
         failing_value_error.enqueue()
     job = Job.objects.get()
     assert job.status == JobStatus.DEAD
+
+
+def test_eager_mode_propagates_the_task_s_own_enqueue_error_as_it_is(signals):
+    # Raised after this call was written and announced: not an InvalidTask about this call.
+    with eager(), pytest.raises(EnqueueValidationError, match="priority"):
+        enqueue_out_of_bounds.enqueue()
+    assert Job.objects.get().status == JobStatus.DEAD
+    assert [s[0] for s in signals] == ["enqueued", "started", "finished"]
+
+
+def test_a_task_enqueued_receiver_s_enqueue_error_reaches_the_caller_as_it_is():
+    def receiver(sender: Any, task_result: Any, **kwargs: Any) -> None:
+        enqueue("tests.noop", priority=1000)
+
+    task_enqueued.connect(receiver)
+    try:
+        with pytest.raises(EnqueueValidationError, match="priority"):
+            add.enqueue(1, 2)
+    finally:
+        task_enqueued.disconnect(receiver)
 
 
 # -- the worker finds django.tasks jobs by module path --------------------------------------------

@@ -8,7 +8,6 @@ call becomes is built in :mod:`.request`); ``get_result`` reads the job and its 
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any, ParamSpec, TypeVar, cast
 
 from django.apps import apps
@@ -116,21 +115,24 @@ class WorkhorseBackend(BaseTaskBackend):
         # Built first: it normalizes the arguments to JSON, raising TypeError as Django's backends do.
         result = new_result(task, args, kwargs, backend=self.alias)
         payload, options = build_request(task, result.args, result.kwargs, self.defaults)
+        announced: list[WorkhorseTaskResult] = []
+
+        def announce(enqueued: EnqueueResult) -> None:  # the job is written; eager mode has not run it
+            announced.append(self._enqueued_result(result, payload, enqueued))
+            if enqueued.outcome in (EnqueueOutcome.ACCEPTED, EnqueueOutcome.REPLACED):
+                task_enqueued.send(type(self), task_result=announced[0])
+
         run_now = eager.is_active()
         try:
-            with eager.eager(active=False) if run_now else contextlib.nullcontext():
-                enqueued = enqueue_with_result(task.module_path, payload, options, using=self.database)
+            enqueued = enqueue_with_result(
+                task.module_path, payload, options, using=self.database, _on_written=announce
+            )
         except EnqueueValidationError as exc:
+            if announced:  # raised after the write, by a receiver or the task run eagerly: theirs to see
+                raise
             raise InvalidTask(str(exc)) from exc
-        if enqueued.outcome is EnqueueOutcome.ACCEPTED:
-            mark_accepted(result, payload, enqueued)
-        else:
-            result = self._read(enqueued.job_id, enqueue_result=enqueued)
-        if enqueued.outcome in (EnqueueOutcome.ACCEPTED, EnqueueOutcome.REPLACED):
-            task_enqueued.send(type(self), task_result=result)
-        if run_now:  # eager mode: run it now, after task_enqueued, as a worker would
-            eager.run_accepted(self._database(), [enqueued])
-            result = self._read(enqueued.job_id, enqueue_result=enqueued)
+        # Eager mode ran the job: read back how it ended.
+        result = self._read(enqueued.job_id, enqueue_result=enqueued) if run_now else announced[0]
         return cast("TaskResult[P, R]", result)  # a WorkhorseTaskResult
 
     def get_result(self, result_id: str) -> WorkhorseTaskResult:
@@ -166,6 +168,15 @@ class WorkhorseBackend(BaseTaskBackend):
         from django_workhorse.models import Job
 
         return self.database or router.db_for_write(Job)
+
+    def _enqueued_result(
+        self, result: WorkhorseTaskResult, payload: dict[str, Any], enqueued: EnqueueResult
+    ) -> WorkhorseTaskResult:
+        """The result of a call just enqueued: ``result`` made the new job's, else the existing job's."""
+        if enqueued.outcome is EnqueueOutcome.ACCEPTED:
+            mark_accepted(result, payload, enqueued)
+            return result
+        return self._read(enqueued.job_id, enqueue_result=enqueued)
 
     def _read(self, job_id: JobId, *, enqueue_result: EnqueueResult | None = None) -> WorkhorseTaskResult:
         return read_result(job_id, backend=self.alias, database=self._database(), enqueue_result=enqueue_result)
