@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import itertools
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -57,12 +57,19 @@ def enqueue_with_result(
     options: EnqueueOptions | None = None,
     *,
     using: str | None = None,
+    _on_written: Callable[[EnqueueResult], None] | None = None,
     **option_kwargs: Any,
 ) -> EnqueueResult:
-    """Enqueue a job like :func:`enqueue`, returning the job id and the outcome (accepted, replayed…)."""
+    """Enqueue a job like :func:`enqueue`, returning the job id and the outcome (accepted, replayed…).
+
+    ``_on_written`` (internal) is called with the outcome once the job is written, before eager
+    mode runs it: the django.tasks backend sends ``task_enqueued`` there, as before a worker's run.
+    """
     request = prepare(job_type, payload, resolve_options(options, option_kwargs))
     alias = _alias(using)
     results = _submit([request], alias, batch=False)
+    if _on_written is not None:
+        _on_written(results[0])
     if eager.is_active():
         eager.run_accepted(alias, results)
     return results[0]

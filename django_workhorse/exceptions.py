@@ -182,3 +182,22 @@ class WorkerThreadError(WorkhorseError):
     def __init__(self, threads: Sequence[str]) -> None:
         self.threads = tuple(threads)
         super().__init__(f"worker thread(s) died: {', '.join(self.threads)}; see the log for the traceback")
+
+
+class DjangoTaskNotFoundError(WorkhorseError):
+    """A django.tasks job's type (a task's module path) no longer names a django.tasks ``Task``.
+
+    The task was moved, renamed or removed after the job was enqueued; the attempt fails.
+    """
+
+    def __init__(self, job_type: str) -> None:
+        self.job_type = job_type
+        super().__init__(f"{job_type!r} no longer names a django.tasks task")
+
+
+class WorkhorseBackendNotConfiguredError(WorkhorseError):
+    """A django.tasks job needs a ``WorkhorseBackend`` in ``settings.TASKS`` to run with, and there is none."""
+
+    def __init__(self, job_type: str) -> None:
+        self.job_type = job_type
+        super().__init__(f"no WorkhorseBackend in settings.TASKS to run {job_type!r} with")

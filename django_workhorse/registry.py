@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import contextlib
-import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from django_workhorse.exceptions import HandlerNotRegisteredError
+from django_workhorse.signatures import declares_context, unbind
 
 F = TypeVar("F", bound=Callable[..., Any])
-CONTEXT_NAMES = frozenset({"ctx", "context"})
 
 _handlers: dict[str, Handler] = {}
 # Asked, in order, for a job type nothing registered: the django.tasks backend resolves module paths.
@@ -34,7 +33,7 @@ class Handler:
         head = (context,) if self.takes_context else ()
         if not self.spreads_payload:
             return self.func(*head, payload)
-        args, kwargs = _unbind(self.func, payload, skip=len(head))
+        args, kwargs = unbind(self.func, payload, skip=len(head))
         return self.func(*head, *args, **kwargs)
 
 
@@ -93,50 +92,3 @@ def _import_task_backends() -> None:
         if isinstance(backend, str):
             with contextlib.suppress(ImportError):  # a broken path is Django's to report
                 import_string(backend)
-
-
-def declares_context(func: Callable[..., Any]) -> bool:
-    """Return whether ``func``'s first parameter is the handler context."""
-    params = list(inspect.signature(func).parameters.values())
-    if not params or params[0].kind not in (params[0].POSITIONAL_ONLY, params[0].POSITIONAL_OR_KEYWORD):
-        return False
-    annotation = params[0].annotation
-    named = getattr(annotation, "__name__", annotation)
-    return params[0].name in CONTEXT_NAMES or named == "HandlerContext"
-
-
-def bind_arguments(func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
-    """Bind a call to ``func``'s signature (defaults applied) and return ``{parameter: value}``.
-
-    Raise ``TypeError`` in the caller, as calling ``func`` would, if the arguments do not fit.
-    """
-    signature = inspect.signature(func)
-    if declares_context(func):
-        params = list(signature.parameters.values())[1:]
-        signature = signature.replace(parameters=params)
-    bound = signature.bind(*args, **kwargs)
-    bound.apply_defaults()
-    return dict(bound.arguments)
-
-
-def _unbind(func: Callable[..., Any], payload: dict[str, Any], *, skip: int) -> tuple[list[Any], dict[str, Any]]:
-    """Turn stored ``{parameter: value}`` back into a call: positionally up to the first missing
-    parameter (so ``def f(first, *rest)`` gets ``(1, 2, 3)``), by keyword after it (so a missing
-    parameter raises ``TypeError`` instead of shifting the others)."""
-    args: list[Any] = []
-    kwargs: dict[str, Any] = {}
-    positional = True
-    for param in list(inspect.signature(func).parameters.values())[skip:]:
-        if param.name not in payload:
-            positional = False
-            continue
-        value = payload[param.name]
-        if param.kind == param.VAR_POSITIONAL:
-            args.extend(value)
-        elif param.kind == param.VAR_KEYWORD:
-            kwargs.update(value)
-        elif param.kind == param.KEYWORD_ONLY or not positional:
-            kwargs[param.name] = value
-        else:
-            args.append(value)
-    return args, kwargs

@@ -6,13 +6,14 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, Generic, ParamSpec, TypeVar
 
-from django_workhorse import conf
+from django_workhorse.call_keys import call_key
 from django_workhorse.exceptions import EnqueueValidationError
 from django_workhorse.fingerprint import derived_key
-from django_workhorse.registry import Handler, add_handler, bind_arguments, declares_context
+from django_workhorse.registry import Handler, add_handler
 from django_workhorse.retry import RetryPolicy
+from django_workhorse.signatures import bind_arguments, declares_context
 from django_workhorse.types import EnqueueOptions, EnqueueRequest, EnqueueResult, JobId, Unique
-from django_workhorse.validation import MODE_OPTIONS, check_key_text, resolve_options
+from django_workhorse.validation import MODE_OPTIONS, resolve_options
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -84,7 +85,14 @@ class Task(Generic[P, R]):
     ) -> EnqueueRequest:
         """Build the :class:`EnqueueRequest` that :meth:`apply_async` would submit, for ``enqueue_many``."""
         payload = bind_arguments(self.func, tuple(args), dict(kwargs or {}))
-        key = self._key(payload, unique_key, idempotency_key, idempotent, options)
+        key = call_key(
+            lambda: self._derived_key(payload),
+            unique_key=unique_key,
+            idempotency_key=idempotency_key,
+            idempotent=idempotent,
+            task_idempotent=self.idempotent,
+            modes=[name for name in MODE_OPTIONS if options.get(name) is not None],
+        )
         if key is not None:
             options["unique"] = Unique(key)
         return EnqueueRequest(self.name, payload, resolve_options(self.defaults, options))
@@ -93,31 +101,11 @@ class Task(Generic[P, R]):
         """Return the key ``idempotent=True`` derives for this call (see docs/derived-keys.md)."""
         return derived_key(self.name, bind_arguments(self.func, args, kwargs))
 
-    def _key(
-        self,
-        payload: dict[str, Any],
-        unique_key: str | None,
-        idempotency_key: str | None,
-        idempotent: bool | None,
-        options: dict[str, Any],
-    ) -> str | None:
-        """Resolve the per-call key: unique_key > idempotency_key > derivation (None: no key from these)."""
-        explicit = [name for name in MODE_OPTIONS if options.get(name) is not None]
-        if unique_key is not None:
-            source, key = "unique_key", unique_key
-        elif idempotency_key is not None:
-            source, key = "idempotency_key", idempotency_key
-        elif idempotent or (idempotent is None and self.idempotent and not explicit):
-            try:
-                source, key = "idempotent", derived_key(self.name, payload)
-            except (TypeError, ValueError) as exc:  # reported as enqueue reports any unserializable payload
-                raise EnqueueValidationError(field="payload", bound="JSON-serializable", value=str(exc)) from exc
-        else:
-            return None
-        if explicit:
-            raise EnqueueValidationError(field=f"{source}, {explicit[0]}", bound="at most one keyed mode per request")
-        check_key_text(key, source, conf.MAX_KEY_BYTES)  # named as the caller spelled it, never echoed
-        return key
+    def _derived_key(self, payload: dict[str, Any]) -> str:
+        try:
+            return derived_key(self.name, payload)
+        except (TypeError, ValueError) as exc:  # reported as enqueue reports any unserializable payload
+            raise EnqueueValidationError(field="payload", bound="JSON-serializable", value=str(exc)) from exc
 
 
 def task(

@@ -41,6 +41,7 @@ from django_workhorse import (
     Debounce,
     EnqueueIdempotencyConflictError,
     EnqueueOutcome,
+    EnqueueValidationError,
     Idempotency,
     RetryPolicy,
     Throttle,
@@ -48,6 +49,7 @@ from django_workhorse import (
     enqueue,
 )
 from django_workhorse.conf import MAX_JSON_DEPTH
+from django_workhorse.exceptions import DjangoTaskNotFoundError, WorkhorseBackendNotConfiguredError, WorkhorseError
 from django_workhorse.fingerprint import derived_key
 from django_workhorse.models import Job, JobEvent, JobStatus
 from django_workhorse.registry import Handler, get_handler
@@ -193,6 +195,10 @@ with override_settings(TASKS=TASKS):
 
     # Django 6.0 passes no extra decorator arguments to the task class: using() right after it does.
     tally = tally.using(idempotent=True)
+
+    @task(max_attempts=1)
+    def enqueue_out_of_bounds() -> None:
+        enqueue("tests.noop", priority=1000)  # workhorse's own enqueue refuses it
 
 
 # -- fixtures and helpers --------------------------------------------------------------------------
@@ -622,6 +628,26 @@ def test_eager_mode_propagates_a_failure_after_recording_it():
     assert job.status == JobStatus.DEAD
 
 
+def test_eager_mode_propagates_the_task_s_own_enqueue_error_as_it_is(signals):
+    # Raised after this call was written and announced: not an InvalidTask about this call.
+    with eager(), pytest.raises(EnqueueValidationError, match="priority"):
+        enqueue_out_of_bounds.enqueue()
+    assert Job.objects.get().status == JobStatus.DEAD
+    assert [s[0] for s in signals] == ["enqueued", "started", "finished"]
+
+
+def test_a_task_enqueued_receiver_s_enqueue_error_reaches_the_caller_as_it_is():
+    def receiver(sender: Any, task_result: Any, **kwargs: Any) -> None:
+        enqueue("tests.noop", priority=1000)
+
+    task_enqueued.connect(receiver)
+    try:
+        with pytest.raises(EnqueueValidationError, match="priority"):
+            add.enqueue(1, 2)
+    finally:
+        task_enqueued.disconnect(receiver)
+
+
 # -- the worker finds django.tasks jobs by module path --------------------------------------------
 
 
@@ -635,6 +661,26 @@ def test_the_worker_resolves_a_task_by_its_module_path():
 @pytest.mark.parametrize("job_type", ["tests.record", "os.path.join", "nodots", "tests.no_such_module.f"])
 def test_only_tasks_resolve(job_type):
     assert resolve_handler(job_type) is None
+
+
+def test_a_job_whose_task_is_gone_since_it_resolved_fails_saying_so(monkeypatch):
+    handler = resolve_handler(add.module_path)
+    assert handler is not None
+    monkeypatch.delattr(sys.modules[__name__], "add")  # renamed or removed after the worker resolved it
+    with pytest.raises(DjangoTaskNotFoundError, match="no longer names a django.tasks task") as caught:
+        handler.func(None, {"args": [1, 2], "kwargs": {}})
+    assert isinstance(caught.value, WorkhorseError) and caught.value.job_type == handler.job_type
+
+
+def test_a_job_with_no_workhorse_backend_configured_fails_saying_so():
+    handler = resolve_handler(add.module_path)
+    assert handler is not None
+    with (
+        override_settings(TASKS={"immediate": TASKS["immediate"]}),
+        pytest.raises(WorkhorseBackendNotConfiguredError, match="no WorkhorseBackend in settings.TASKS") as caught,
+    ):
+        handler.func(None, {"args": [1, 2], "kwargs": {}})
+    assert isinstance(caught.value, WorkhorseError) and caught.value.job_type == add.module_path
 
 
 # -- workhorse options through the decorator and using() -----------------------------------------

@@ -9,7 +9,7 @@ takes the same options per call, and keeps them when it copies the task.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 from django_workhorse.backends._framework import InvalidTask, Task, normalize_json
 from django_workhorse.fingerprint import derived_key
 from django_workhorse.retry import RetryPolicy
-from django_workhorse.types import Debounce, EnqueueOptions, Idempotency, Throttle, Unique
+from django_workhorse.signatures import bind_call
+from django_workhorse.types import Debounce, Idempotency, Throttle, Unique
 from django_workhorse.validation import MODE_OPTIONS
 
 if TYPE_CHECKING:
@@ -65,10 +66,9 @@ class WorkhorseTask(_TaskBase):
     def __post_init__(self) -> None:
         Task.__post_init__(self)  # the backend's validate_task (zero-argument super() fails in slots classes)
         if self.has_workhorse_options():
-            from django_workhorse.backends.backend import WorkhorseBackend
-
             backend = self.get_backend()
-            if not isinstance(backend, WorkhorseBackend):
+            # A capability flag, not a class check: the backend module imports this one.
+            if not getattr(backend, "supports_workhorse_options", False):
                 raise InvalidTask(
                     f"Backend {self.backend!r} ({type(backend).__name__}) cannot honour workhorse options "
                     f"({', '.join(self.workhorse_option_names())}); use a WorkhorseBackend."
@@ -124,7 +124,15 @@ class WorkhorseTask(_TaskBase):
     def derived_key(self, *args: Any, **kwargs: Any) -> str:
         """Return the key ``idempotent=True`` derives for this call (docs/django-tasks.md gives the recipe)."""
         args_list, kwargs_dict = _normalized(args, kwargs)
-        return derived_key(self.module_path, _bound_arguments(self, args_list, kwargs_dict))
+        arguments: dict[str, Any] = normalize_json(dict(self.bind(*args_list, **kwargs_dict).arguments))  # type: ignore[assignment]
+        return derived_key(self.module_path, arguments)
+
+    def bind(self, *args: Any, **kwargs: Any) -> inspect.BoundArguments:
+        """Bind a call to the task's function, defaults applied; raise ``TypeError`` if it does not fit.
+
+        A ``takes_context`` task's first parameter is left out: the ``TaskContext`` is the worker's.
+        """
+        return bind_call(self.func, args, kwargs, skip_context=self.takes_context)
 
     def keyed_mode_names(self) -> list[str]:
         """Return the keyed modes this task sets: ``"idempotent"`` and/or names of ``MODE_OPTIONS``."""
@@ -138,64 +146,6 @@ class WorkhorseTask(_TaskBase):
     def has_workhorse_options(self) -> bool:
         """Return whether this task sets any option that only a WorkhorseBackend honours."""
         return bool(self.workhorse_option_names())
-
-
-def build_request(
-    task: Task[..., Any], args: list[Any], kwargs: dict[str, Any], defaults: Mapping[str, Any]
-) -> tuple[dict[str, Any], EnqueueOptions]:
-    """Return the payload and options that enqueue ``task(*args, **kwargs)`` (already JSON-normalized).
-
-    A keyed call stores its arguments canonically (bound to the signature, defaults applied), so
-    ``f(1)`` and ``f(x=1)`` are the same request under the same key. Raise ``TypeError`` if a keyed
-    call does not fit the signature.
-    """
-    options: dict[str, Any] = {
-        **defaults,
-        "queue": task.queue_name,
-        "priority": int(task.priority),
-        "run_at": task.run_after,
-    }
-    payload: dict[str, Any] = {"args": args, "kwargs": kwargs}
-    if not isinstance(task, WorkhorseTask):
-        return payload, EnqueueOptions(**options)
-    for name in ("concurrency_limit", "max_attempts", "retry_policy", "timeout", "deadline"):
-        if getattr(task, name) is not None:
-            options[name] = getattr(task, name)
-    if task.tags:
-        options["tags"] = task.tags
-    key = task.concurrency_key
-    options["concurrency_key"] = key(*args, **kwargs) if callable(key) else key
-    mode = _keyed_mode(task, args, kwargs)
-    if mode is not None:
-        bound = _bind(task, args, kwargs)
-        payload = {"args": normalize_json(list(bound.args)), "kwargs": normalize_json(dict(bound.kwargs))}
-        options[mode[0]] = mode[1]
-    return payload, EnqueueOptions(**options)
-
-
-def _keyed_mode(task: WorkhorseTask, args: list[Any], kwargs: dict[str, Any]) -> tuple[str, Any] | None:
-    if task.idempotent:
-        return "unique", Unique(derived_key(task.module_path, _bound_arguments(task, args, kwargs)))
-    for name in MODE_OPTIONS:
-        spec = getattr(task, name)
-        value = spec(*args, **kwargs) if callable(spec) else spec
-        if value is not None:
-            return name, value
-    return None
-
-
-def _bind(task: Task[..., Any], args: list[Any], kwargs: dict[str, Any]) -> inspect.BoundArguments:
-    signature = inspect.signature(task.func)
-    if task.takes_context:  # the TaskContext is the worker's to pass, not the caller's
-        signature = signature.replace(parameters=list(signature.parameters.values())[1:])
-    bound = signature.bind(*args, **kwargs)
-    bound.apply_defaults()
-    return bound
-
-
-def _bound_arguments(task: Task[..., Any], args: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
-    arguments: dict[str, Any] = normalize_json(dict(_bind(task, args, kwargs).arguments))  # type: ignore[assignment]
-    return arguments
 
 
 def _normalized(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
