@@ -6,6 +6,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, Generic, ParamSpec, TypeVar
 
+from django_workhorse import conf
 from django_workhorse.call_keys import call_key
 from django_workhorse.exceptions import EnqueueValidationError
 from django_workhorse.fingerprint import derived_key
@@ -114,7 +115,7 @@ def task(
     name: str | None = None,
     queue: str = "default",
     priority: int = 0,
-    max_attempts: int = 25,
+    max_attempts: int = conf.DEFAULT_MAX_ATTEMPTS,
     retry_policy: RetryPolicy | None = None,
     timeout: timedelta | None = None,
     idempotent: bool = False,
