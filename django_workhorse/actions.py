@@ -37,7 +37,7 @@ def cancel(job_id: int, *, requested_by: str = "", using: str | None = None) -> 
     Raise ``JobDoesNotExist`` if there is no such job, ``InvalidArgumentError`` for a bad argument.
     """
     check_id(job_id, "job_id")
-    status = sql.cancel(_alias(using), job_id, check_requested_by(requested_by))
+    status = sql.actions.cancel(_alias(using), job_id, check_requested_by(requested_by))
     if status is None:
         raise JobDoesNotExist(f"no job has id {job_id}")
     return JobStatus(status)
@@ -49,7 +49,7 @@ def run_now(job_ids: Sequence[int], *, requested_by: str = "", using: str | None
     Raise ``InvalidArgumentError`` unless ``job_ids`` is a sequence of ints (a string is not).
     """
     ids = check_ids(job_ids, "job_ids")
-    return sql.run_now(_alias(using), ids, check_requested_by(requested_by), app_settings.NOTIFY_CHANNEL)
+    return sql.actions.run_now(_alias(using), ids, check_requested_by(requested_by), app_settings.NOTIFY_CHANNEL)
 
 
 def release_bindings(binding_ids: Sequence[int], *, requested_by: str = "", using: str | None = None) -> list[int]:
@@ -60,7 +60,7 @@ def release_bindings(binding_ids: Sequence[int], *, requested_by: str = "", usin
     """
     ids = check_ids(binding_ids, "binding_ids")
     alias = using or router.db_for_write(IdempotencyBinding)
-    return sql.release_bindings(alias, ids, check_requested_by(requested_by))
+    return sql.actions.release_bindings(alias, ids, check_requested_by(requested_by))
 
 
 # -- redrive -----------------------------------------------------------------------------------------
@@ -86,7 +86,7 @@ def redrive(
     """
     _check_redrive(job_id, request_id, requested_by, reason)
     alias = _alias(using)
-    row = sql.redrive(
+    row = sql.actions.redrive(
         alias,
         source_id=job_id,
         request_id=request_id,
@@ -95,7 +95,7 @@ def redrive(
         channel=app_settings.NOTIFY_CHANNEL,
     )
     if row is None:  # not dead, missing, or redriven by a transaction our snapshot could not see
-        row = sql.find_redrive(alias, source_id=job_id, request_id=request_id)
+        row = sql.actions.find_redrive(alias, source_id=job_id, request_id=request_id)
     if row is None:
         raise _not_redrivable(alias, job_id)
     created, new_job_id, stored_by, stored_reason = row
@@ -187,7 +187,7 @@ def purge(
     ids = iter(jobs.values_list("pk", flat=True).iterator(chunk_size=PURGE_CHUNK))
     purged = 0
     while chunk := list(itertools.islice(ids, PURGE_CHUNK)):
-        purged += sql.purge_queued(alias, queue=queue, job_ids=chunk)
+        purged += sql.housekeeping.purge_queued(alias, queue=queue, job_ids=chunk)
         if on_progress is not None:
             on_progress(len(chunk))
     logger.info("Purged queued jobs count=%s queue=%s", purged, queue)

@@ -95,7 +95,7 @@ def run_job(
     ``propagate`` (default: ``WORKHORSE_EAGER_PROPAGATES``).
     """
     alias = using or router.db_for_write(Job)
-    job = sql.claim_job(alias, job_id=job_id, lease=EAGER_LEASE, worker=EAGER_WORKER, scheduled=scheduled)
+    job = sql.claims.claim_job(alias, job_id=job_id, lease=EAGER_LEASE, worker=EAGER_WORKER, scheduled=scheduled)
     if job is None:
         return None
     context = HandlerContext(job, alias=alias, on_heartbeat=lambda: None)

@@ -151,15 +151,15 @@ def once_block(
         logger.debug("Effect %s scope=%s key=%s", "claimed" if entry.claimed else "done", scope, op.key_digest)
         yield op
         if entry.claimed:
-            sql.store_effect(alias, entry_id=entry.id, result_json=op.result_json, retention=retention)
+            sql.effects.store_effect(alias, entry_id=entry.id, result_json=op.result_json, retention=retention)
 
 
-def _claim(alias: str, scope: str, hashed: bytes, preview: str, retention: timedelta) -> sql.EffectEntry:
+def _claim(alias: str, scope: str, hashed: bytes, preview: str, retention: timedelta) -> sql.effects.EffectEntry:
     """Return the entry this transaction now holds (``claimed``), or the live entry of a done operation."""
     for _ in range(MAX_ROUNDS):
-        entry = sql.claim_effect(alias, scope=scope, key_hash=hashed, key_preview=preview, retention=retention)
+        entry = sql.effects.claim_effect(alias, scope=scope, key_hash=hashed, key_preview=preview, retention=retention)
         if entry is None:  # committed after the claim's snapshot: read it in a fresh one
-            entry = sql.find_effect(alias, scope=scope, key_hash=hashed)
+            entry = sql.effects.find_effect(alias, scope=scope, key_hash=hashed)
         if entry is None:  # pruned meanwhile: claim again
             continue
         if entry.claimed:
@@ -173,8 +173,8 @@ def _claim(alias: str, scope: str, hashed: bytes, preview: str, retention: timed
                     "transaction: once() was nested with its own key"
                 )
             return entry
-        if sql.take_over_effect(alias, seen_id=entry.id, key_preview=preview, retention=retention):
-            return sql.EffectEntry(claimed=True, id=entry.id, result_json=None, live=True)
+        if sql.effects.take_over_effect(alias, seen_id=entry.id, key_preview=preview, retention=retention):
+            return sql.effects.EffectEntry(claimed=True, id=entry.id, result_json=None, live=True)
     raise KeyNotSettledError(
         f"the effect ledger did not settle after {MAX_ROUNDS} rounds; the entry keeps changing hands"
     )

@@ -188,13 +188,13 @@ def _settle(alias: str, pending: dict[int, PreparedJob], results: dict[int, Enqu
     """Submit ``pending`` until every request has its outcome or a conflict is raised."""
     channel = app_settings.NOTIFY_CHANNEL
     for _ in range(MAX_ROUNDS):
-        rows = sql.enqueue_rows(alias, list(pending.items()), channel)
+        rows = sql.enqueue.enqueue_rows(alias, list(pending.items()), channel)
         for ordinal, job_id in rows.accepted.items():
             results[ordinal] = EnqueueResult(job_id, EnqueueOutcome.ACCEPTED)
         existing = rows.existing
         unseen = [(o, r) for o, r in pending.items() if o not in results and o not in existing]
         if unseen:  # taken by a transaction that committed after our statement's snapshot
-            existing = {**existing, **sql.find_bindings(alias, unseen)}
+            existing = {**existing, **sql.enqueue.find_bindings(alias, unseen)}
         retry: dict[int, PreparedJob] = {}
         # Follow-up statements lock keys in (scope, key_hash) order too.
         for ordinal, binding in sorted(existing.items(), key=lambda item: pending[item[0]].binding.slot):  # type: ignore[union-attr]
@@ -211,26 +211,28 @@ def _settle(alias: str, pending: dict[int, PreparedJob], results: dict[int, Enqu
 
 
 def _resolve(
-    alias: str, ordinal: int, request: PreparedJob, existing: sql.ExistingBinding, channel: str, *, batch: bool
+    alias: str, ordinal: int, request: PreparedJob, existing: sql.enqueue.ExistingBinding, channel: str, *, batch: bool
 ) -> EnqueueResult | None:
     """Decide a request whose key is bound already; None when the key changed meanwhile (look again)."""
     binding = request.binding
     assert binding is not None
     if existing.free:
-        new_id = sql.take_over(alias, ordinal, request, existing.job_id, channel)
+        new_id = sql.enqueue.take_over(alias, ordinal, request, existing.job_id, channel)
         return None if new_id is None else EnqueueResult(new_id, EnqueueOutcome.ACCEPTED)
     if binding.mode is KeyMode.DEBOUNCE:
         if existing.mode != KeyMode.DEBOUNCE:
             return EnqueueResult(existing.job_id, EnqueueOutcome.NON_REPLACEABLE, Reason.INCOMPATIBLE_KEY_MODE)
         if existing.job_state == "open":
-            replaced = sql.replace_debounced(alias, ordinal, request, existing.job_id)
+            replaced = sql.enqueue.replace_debounced(alias, ordinal, request, existing.job_id)
             return EnqueueResult(existing.job_id, EnqueueOutcome.REPLACED) if replaced else None
         reason = Reason.WINDOW_ELAPSED_PENDING if existing.job_state == "due" else Reason.NOT_PENDING
         return EnqueueResult(existing.job_id, EnqueueOutcome.NON_REPLACEABLE, reason)
     return _replay_or_conflict(request, existing, ordinal if batch else None)
 
 
-def _replay_or_conflict(request: PreparedJob, existing: sql.ExistingBinding, ordinal: int | None) -> EnqueueResult:
+def _replay_or_conflict(
+    request: PreparedJob, existing: sql.enqueue.ExistingBinding, ordinal: int | None
+) -> EnqueueResult:
     """The same request again is a replay (idempotency) or coalesces (unique, throttle); else a conflict."""
     binding = request.binding
     assert binding is not None
@@ -256,7 +258,7 @@ def _replay_or_conflict(request: PreparedJob, existing: sql.ExistingBinding, ord
 def _repeat_of(ordinal: int, request: PreparedJob, first: PreparedJob, first_result: EnqueueResult) -> EnqueueResult:
     """Resolve a key repeated inside one batch against the row that first carried it."""
     assert request.binding is not None and first.binding is not None
-    existing = sql.ExistingBinding(
+    existing = sql.enqueue.ExistingBinding(
         ordinal=ordinal,
         job_id=first_result.job_id,
         mode=first.binding.mode,

@@ -32,7 +32,7 @@ class MaintenanceReport:
 def prune_expired_bindings(*, using: str | None = None, chunk: int = PRUNE_CHUNK) -> int:
     """Delete expired bindings in chunks (each its own statement); return how many were deleted."""
     alias = using or router.db_for_write(IdempotencyBinding)
-    return _in_chunks(lambda: sql.prune_expired_bindings(alias, limit=chunk), chunk, "expired bindings")
+    return _in_chunks(lambda: sql.housekeeping.prune_expired_bindings(alias, limit=chunk), chunk, "expired bindings")
 
 
 def prune_expired_effects(*, using: str | None = None, chunk: int = PRUNE_CHUNK) -> int:
@@ -41,7 +41,7 @@ def prune_expired_effects(*, using: str | None = None, chunk: int = PRUNE_CHUNK)
     A repeat of a pruned operation runs its effect again, as a repeat of an expired one does.
     """
     alias = using or router.db_for_write(EffectRecord)
-    return _in_chunks(lambda: sql.prune_expired_effects(alias, limit=chunk), chunk, "expired effect records")
+    return _in_chunks(lambda: sql.effects.prune_expired_effects(alias, limit=chunk), chunk, "expired effect records")
 
 
 def prune_finished_jobs(
@@ -54,7 +54,9 @@ def prune_finished_jobs(
     """
     alias = using or router.db_for_write(Job)
     before = datetime.now(timezone.utc) - (older_than or app_settings.JOB_RETENTION)
-    return _in_chunks(lambda: sql.prune_finished_jobs(alias, before=before, limit=chunk), chunk, "finished jobs")
+    return _in_chunks(
+        lambda: sql.housekeeping.prune_finished_jobs(alias, before=before, limit=chunk), chunk, "finished jobs"
+    )
 
 
 def run_maintenance(*, using: str | None = None) -> MaintenanceReport:
@@ -63,15 +65,15 @@ def run_maintenance(*, using: str | None = None) -> MaintenanceReport:
     Order matters: expired bindings go before the finished jobs they point to.
     """
     alias = using or router.db_for_write(Job)
-    with sql.maintenance_lock(alias) as taken:
+    with sql.housekeeping.maintenance_lock(alias) as taken:
         if not taken:
             return MaintenanceReport(ran=False)
         return MaintenanceReport(
             ran=True,
             expired_bindings=prune_expired_bindings(using=alias),
-            reclaimed_jobs=sql.reclaim_expired(alias),
+            reclaimed_jobs=sql.claims.reclaim_expired(alias),
             finished_jobs=prune_finished_jobs(using=alias),
-            stale_workers=sql.prune_stale_workers(alias, app_settings.WORKER_STALE_AFTER),
+            stale_workers=sql.housekeeping.prune_stale_workers(alias, app_settings.WORKER_STALE_AFTER),
             expired_effects=prune_expired_effects(using=alias),
         )
 

@@ -100,7 +100,9 @@ def job_row(job_id: int) -> dict[str, Any]:
 
 def start(job_id: int) -> None:
     """Claim a job as a worker would, whatever its run_at: it is running, attempt 1."""
-    claimed = workhorse_sql.claim_job("default", job_id=job_id, lease=timedelta(minutes=5), worker="t", scheduled=True)
+    claimed = workhorse_sql.claims.claim_job(
+        "default", job_id=job_id, lease=timedelta(minutes=5), worker="t", scheduled=True
+    )
     assert claimed is not None
 
 
@@ -372,7 +374,7 @@ def test_debounce_batches_replacing_the_same_keys_in_opposite_order_do_not_deadl
     # lock yet, and both then replace the same pending jobs, one forwards and one backwards.
     both_read = threading.Barrier(2, timeout=30)
     waited = threading.local()
-    real_enqueue_rows = workhorse_sql.enqueue_rows
+    real_enqueue_rows = workhorse_sql.enqueue.enqueue_rows
 
     def enqueue_rows_then_wait(*args: Any, **kwargs: Any) -> Any:
         rows = real_enqueue_rows(*args, **kwargs)
@@ -381,7 +383,7 @@ def test_debounce_batches_replacing_the_same_keys_in_opposite_order_do_not_deadl
             both_read.wait()
         return rows
 
-    monkeypatch.setattr(workhorse_sql, "enqueue_rows", enqueue_rows_then_wait)
+    monkeypatch.setattr(workhorse_sql.enqueue, "enqueue_rows", enqueue_rows_then_wait)
 
     def batch(i: int) -> list[EnqueueResult]:
         rows = [req("debounce", key, {"key": key, "batch": i}) for key in keys]

@@ -203,7 +203,7 @@ def test_maintenance_reports_what_it_did():
 def test_maintenance_does_nothing_while_another_run_holds_the_lock():
     JobFactory(status=JobStatus.SUCCEEDED, attempt=1, finished_at=timezone.now() - timedelta(days=15))
     with connect_directly() as other:
-        other.execute("SELECT pg_advisory_lock(%s)", [workhorse_sql.MAINTENANCE_LOCK_KEY])
+        other.execute("SELECT pg_advisory_lock(%s)", [workhorse_sql.housekeeping.MAINTENANCE_LOCK_KEY])
 
         assert run_command("workhorse_maintenance") == "Another maintenance run holds the lock; nothing done.\n"
 

@@ -51,7 +51,7 @@ def _fresh_gate_and_calls() -> Iterator[None]:
 
 
 class ClaimLog:
-    """Stands in for ``sql.claim``: runs it and notes, per worker, which claims began after a mark."""
+    """Stands in for ``sql.claims.claim``: runs it and notes, per worker, which claims began after a mark."""
 
     def __init__(self, claim: Any) -> None:
         self._claim = claim
@@ -59,7 +59,7 @@ class ClaimLog:
         self._begun = 0
         self._done: list[tuple[int, str]] = []
 
-    def __call__(self, alias: str, **kwargs: Any) -> list[workhorse_sql.ClaimedJob]:
+    def __call__(self, alias: str, **kwargs: Any) -> list[workhorse_sql.claims.ClaimedJob]:
         with self._lock:
             self._begun += 1
             number = self._begun
@@ -81,8 +81,8 @@ class ClaimLog:
 
 @pytest.fixture
 def claims(monkeypatch: pytest.MonkeyPatch) -> ClaimLog:
-    log = ClaimLog(workhorse_sql.claim)
-    monkeypatch.setattr(workhorse_sql, "claim", log)
+    log = ClaimLog(workhorse_sql.claims.claim)
+    monkeypatch.setattr(workhorse_sql.claims, "claim", log)
     return log
 
 
@@ -116,15 +116,15 @@ def running_slots(key: str) -> list[int | None]:
     return sorted(jobs.values_list("concurrency_slot", flat=True), key=lambda slot: -1 if slot is None else slot)
 
 
-def claim(limit: int = 10, worker: str = "test", lease: timedelta = LEASE) -> list[workhorse_sql.ClaimedJob]:
-    return workhorse_sql.claim(ALIAS, queues=["default"], limit=limit, lease=lease, worker=worker)
+def claim(limit: int = 10, worker: str = "test", lease: timedelta = LEASE) -> list[workhorse_sql.claims.ClaimedJob]:
+    return workhorse_sql.claims.claim(ALIAS, queues=["default"], limit=limit, lease=lease, worker=worker)
 
 
 def slots_of(job_ids: Sequence[int]) -> dict[int, int | None]:
     return dict(Job.objects.filter(pk__in=job_ids).values_list("id", "concurrency_slot"))
 
 
-def succeed(*jobs: workhorse_sql.ClaimedJob) -> None:
+def succeed(*jobs: workhorse_sql.claims.ClaimedJob) -> None:
     assert record(ALIAS, [Outcome(job, "succeeded", result_json="null") for job in jobs]) == ["succeeded"] * len(jobs)
 
 
@@ -385,7 +385,7 @@ def test_the_index_rejects_two_running_jobs_of_a_key_in_one_slot():
     with pytest.raises(IntegrityError) as caught:
         Job.objects.filter(pk=second.pk).update(concurrency_slot=1)
 
-    assert workhorse_sql.constraint_name(caught.value) == JOB_CONCURRENCY_SLOT_UNIQ
+    assert workhorse_sql.connection.constraint_name(caught.value) == JOB_CONCURRENCY_SLOT_UNIQ
     assert running_slots(KEY) == [1, 2]
 
 
@@ -396,7 +396,7 @@ def test_the_index_rejects_a_job_entering_running_in_a_taken_slot():
     with pytest.raises(IntegrityError) as caught:
         Job.objects.filter(pk=queued.pk).update(status=JobStatus.RUNNING)
 
-    assert workhorse_sql.constraint_name(caught.value) == JOB_CONCURRENCY_SLOT_UNIQ
+    assert workhorse_sql.connection.constraint_name(caught.value) == JOB_CONCURRENCY_SLOT_UNIQ
 
 
 @pytest.mark.parametrize(
@@ -459,7 +459,7 @@ def test_racing_claims_over_several_keys_never_exceed_a_limit_and_leave_nothing_
 
 
 # What CLAIM and CLAIM_JOB begin with, to find them in pg_stat_activity.
-CLAIM_PREFIX = os.path.commonprefix([workhorse_sql.CLAIM, workhorse_sql.CLAIM_JOB])
+CLAIM_PREFIX = os.path.commonprefix([workhorse_sql.claims.CLAIM, workhorse_sql.claims.CLAIM_JOB])
 
 
 @contextmanager
@@ -499,16 +499,16 @@ class Attempts:
         self.statements = 0
         self.collisions = 0
         self.deadlocks = 0
-        execute = workhorse_sql.claims._execute
+        execute = workhorse_sql.claims.execute
 
         def counting(alias: str, statement: str, params: dict[str, Any]) -> Any:
-            if statement not in (workhorse_sql.CLAIM, workhorse_sql.CLAIM_JOB):
+            if statement not in (workhorse_sql.claims.CLAIM, workhorse_sql.claims.CLAIM_JOB):
                 return execute(alias, statement, params)
             self.statements += 1
             try:
                 return execute(alias, statement, params)
             except IntegrityError as exc:
-                if workhorse_sql.constraint_name(exc) == JOB_CONCURRENCY_SLOT_UNIQ:
+                if workhorse_sql.connection.constraint_name(exc) == JOB_CONCURRENCY_SLOT_UNIQ:
                     self.collisions += 1
                 raise
             except OperationalError as exc:
@@ -516,7 +516,7 @@ class Attempts:
                     self.deadlocks += 1
                 raise
 
-        monkeypatch.setattr(workhorse_sql.claims, "_execute", counting)
+        monkeypatch.setattr(workhorse_sql.claims, "execute", counting)
 
 
 class InThread:
@@ -581,7 +581,7 @@ def test_a_claim_skips_a_key_another_claim_is_taking_slots_of_without_waiting():
     unkeyed = enqueue("tests.record", {})
     with connect_directly(autocommit=False) as other:
         taken = other.execute(
-            workhorse_sql.CLAIM, {"queues": ["default"], "limit": 1, "lease": LEASE, "worker": "other"}
+            workhorse_sql.claims.CLAIM, {"queues": ["default"], "limit": 1, "lease": LEASE, "worker": "other"}
         ).fetchall()
         assert len(taken) == 1  # holds KEY's advisory lock until it commits
 
@@ -597,7 +597,7 @@ def test_a_claim_aborted_by_a_deadlock_on_the_slot_index_claims_again(monkeypatc
     other_key = enqueue("tests.record", {}, concurrency_key="tenant-2", concurrency_limit=1)
     attempts = Attempts(monkeypatch)
 
-    def claim_and_detect_deadlocks() -> list[workhorse_sql.ClaimedJob]:
+    def claim_and_detect_deadlocks() -> list[workhorse_sql.claims.ClaimedJob]:
         with connection.cursor() as cursor:
             cursor.execute("SET deadlock_timeout = '2s'")
         return claim(limit=10)
@@ -627,9 +627,9 @@ def test_claim_job_in_a_transaction_claims_again_after_a_collision_and_leaves_it
     first, second = (enqueue("tests.record", {}, concurrency_key=KEY, concurrency_limit=limit) for _ in range(2))
     attempts = Attempts(monkeypatch)
 
-    def claim_second_in_a_transaction() -> tuple[workhorse_sql.ClaimedJob | None, int]:
+    def claim_second_in_a_transaction() -> tuple[workhorse_sql.claims.ClaimedJob | None, int]:
         with transaction.atomic():
-            job = workhorse_sql.claim_job(ALIAS, job_id=second, lease=LEASE, worker="eager")
+            job = workhorse_sql.claims.claim_job(ALIAS, job_id=second, lease=LEASE, worker="eager")
             return job, Job.objects.filter(status=JobStatus.RUNNING).count()
 
     with slot_taken_uncommitted(KEY) as other:
@@ -651,35 +651,35 @@ def test_claim_job_in_a_transaction_claims_again_after_a_collision_and_leaves_it
 def test_claim_job_does_not_claim_a_job_of_a_saturated_key():
     first, second = (enqueue("tests.record", {}, concurrency_key=KEY, concurrency_limit=1) for _ in range(2))
 
-    job = workhorse_sql.claim_job(ALIAS, job_id=first, lease=LEASE, worker="eager")
+    job = workhorse_sql.claims.claim_job(ALIAS, job_id=first, lease=LEASE, worker="eager")
 
     assert job is not None and job.id == first and slots_of([first]) == {first: 1}
-    assert workhorse_sql.claim_job(ALIAS, job_id=second, lease=LEASE, worker="eager") is None
+    assert workhorse_sql.claims.claim_job(ALIAS, job_id=second, lease=LEASE, worker="eager") is None
     assert Job.objects.get(pk=second).status == JobStatus.QUEUED
 
 
 # -- leaving 'running' frees the slot -----------------------------------------------------------------------------
 
 
-def _retry(job: workhorse_sql.ClaimedJob) -> None:
+def _retry(job: workhorse_sql.claims.ClaimedJob) -> None:
     later = timezone.now() + timedelta(hours=1)
     assert record(ALIAS, [Outcome(job, "queued", error="boom", run_at=later)]) == ["queued"]
 
 
 def _outcome(status: str) -> Any:
-    def leave(job: workhorse_sql.ClaimedJob) -> None:
+    def leave(job: workhorse_sql.claims.ClaimedJob) -> None:
         assert record(ALIAS, [Outcome(job, status, error="boom" if status == "dead" else "")]) == [status]
 
     return leave
 
 
-def _release(job: workhorse_sql.ClaimedJob) -> None:
-    workhorse_sql.release(ALIAS, [(job, True)])
+def _release(job: workhorse_sql.claims.ClaimedJob) -> None:
+    workhorse_sql.claims.release(ALIAS, [(job, True)])
 
 
-def _reclaim(job: workhorse_sql.ClaimedJob) -> None:
+def _reclaim(job: workhorse_sql.claims.ClaimedJob) -> None:
     Job.objects.filter(pk=job.id).update(lease_expires_at=timezone.now() - timedelta(minutes=1))
-    assert workhorse_sql.reclaim_expired(ALIAS) == 1
+    assert workhorse_sql.claims.reclaim_expired(ALIAS) == 1
 
 
 @pytest.mark.parametrize(
@@ -715,7 +715,7 @@ def test_a_cancel_request_leaves_the_slot_taken_until_the_job_stops():
     other = enqueue("tests.record", {}, concurrency_key=KEY, concurrency_limit=1)
     [job] = claim()
 
-    assert workhorse_sql.cancel(ALIAS, first, "test") == JobStatus.RUNNING
+    assert workhorse_sql.actions.cancel(ALIAS, first, "test") == JobStatus.RUNNING
     assert claim() == []
 
     assert record(ALIAS, [Outcome(job, "cancelled")]) == ["cancelled"]
@@ -723,15 +723,17 @@ def test_a_cancel_request_leaves_the_slot_taken_until_the_job_stops():
 
 
 def test_only_the_claim_statements_touch_concurrency_slots():
+    modules = {name: getattr(workhorse_sql, name) for name in workhorse_sql.__all__}
     writers = [
-        name
-        for name, value in vars(workhorse_sql).items()
+        f"{module_name}.{name}"
+        for module_name, module in modules.items()
+        for name, value in vars(module).items()
         if isinstance(value, str)
         and value.lstrip().startswith(("WITH", "SELECT", "UPDATE", "INSERT", "DELETE"))
         and "concurrency_slot" in value
     ]
 
-    assert writers == ["CLAIM", "CLAIM_JOB"]
+    assert writers == ["claims.CLAIM", "claims.CLAIM_JOB"]
 
 
 # -- redrive and the database keep a key's limit ---------------------------------------------------------------------

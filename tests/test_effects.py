@@ -30,7 +30,7 @@ from django_workhorse.maintenance import prune_expired_effects, run_maintenance
 from django_workhorse.models import EffectRecord, Job, JobStatus
 from django_workhorse.registry import register
 from django_workhorse.retry import RetryPolicy
-from django_workhorse.sql import ClaimedJob
+from django_workhorse.sql.claims import ClaimedJob
 from tests.conftest import connect_directly, race
 from tests.worker_tasks import run_worker, wait_for
 

@@ -103,14 +103,14 @@ def digest_of(mode: str, payload: Any = PAYLOAD, *, job_type: str = JOB_TYPE, **
     return prepared.binding.request_digest.hex()
 
 
-def claim(job_id: int) -> workhorse_sql.ClaimedJob:
+def claim(job_id: int) -> workhorse_sql.claims.ClaimedJob:
     """Lease a queued job as a worker would (whatever its run_at)."""
-    job = workhorse_sql.claim_job("default", job_id=job_id, lease=LEASE, worker="tests", scheduled=True)
+    job = workhorse_sql.claims.claim_job("default", job_id=job_id, lease=LEASE, worker="tests", scheduled=True)
     assert job is not None, f"job {job_id} could not be claimed"
     return job
 
 
-def end_attempt(job: workhorse_sql.ClaimedJob, status: str) -> None:
+def end_attempt(job: workhorse_sql.claims.ClaimedJob, status: str) -> None:
     """Record how a claimed attempt ended, through the worker's outcome statement."""
     failed = ("failed", {"error": "boom"})
     outcomes = {
@@ -574,7 +574,7 @@ def test_debounce_after_a_lease_reclaim_is_not_pending():
     first = submit("debounce").job_id
     claim(first)
     Job.objects.filter(pk=first).update(lease_expires_at=PAST)
-    assert workhorse_sql.reclaim_expired("default") == 1
+    assert workhorse_sql.claims.reclaim_expired("default") == 1
 
     result = submit("debounce", {"order": 43})
 
@@ -594,7 +594,7 @@ def test_a_replacement_racing_a_claim_leaves_a_job_that_is_no_longer_pending_alo
     before, job_before = count_rows(), job_row(first)
     request = prepare(JOB_TYPE, {"order": 43}, EnqueueOptions(debounce=keyed("debounce")))
 
-    assert workhorse_sql.replace_debounced("default", 0, request, first) is False
+    assert workhorse_sql.enqueue.replace_debounced("default", 0, request, first) is False
 
     assert job_row(first) == job_before and count_rows() == before
 
@@ -672,7 +672,9 @@ def test_a_worker_claiming_a_debounced_job_while_requests_replace_it_runs_the_la
     def work(i: int) -> Any:
         if i == 0:  # a worker skips a row another transaction holds, and claims again at its next poll
             return wait_for(
-                lambda: workhorse_sql.claim_job("default", job_id=first, lease=LEASE, worker="t", scheduled=True),
+                lambda: workhorse_sql.claims.claim_job(
+                    "default", job_id=first, lease=LEASE, worker="t", scheduled=True
+                ),
                 what="the debounced job to be claimed",
             )
         return submit("debounce", payloads[i - 1])
@@ -680,7 +682,7 @@ def test_a_worker_claiming_a_debounced_job_while_requests_replace_it_runs_the_la
     results = race(9, work)
 
     claimed, requests = results[0], results[1:]
-    assert isinstance(claimed, workhorse_sql.ClaimedJob), results
+    assert isinstance(claimed, workhorse_sql.claims.ClaimedJob), results
     assert all(isinstance(r, EnqueueResult) and r.job_id == first for r in requests), requests
     replaced = [r for r in requests if r.outcome == REPLACED]
     refused = [r for r in requests if r.outcome == NON_REPLACEABLE]
@@ -814,7 +816,7 @@ def test_a_lease_reclaim_leaves_the_unique_binding_alone():
     bindings_before = binding_rows()
     Job.objects.filter(pk=first).update(lease_expires_at=PAST)
 
-    assert workhorse_sql.reclaim_expired("default") == 1
+    assert workhorse_sql.claims.reclaim_expired("default") == 1
 
     job = Job.objects.get(pk=first)
     assert (job.status, job.attempt) == (JobStatus.QUEUED, 1)
@@ -827,7 +829,7 @@ def test_a_lease_reclaim_on_the_last_attempt_frees_the_unique_key():
     claim(first)
     Job.objects.filter(pk=first).update(lease_expires_at=PAST)
 
-    assert workhorse_sql.reclaim_expired("default") == 1
+    assert workhorse_sql.claims.reclaim_expired("default") == 1
 
     assert Job.objects.get(pk=first).status == JobStatus.DEAD
     taken = submit("unique", max_attempts=1)

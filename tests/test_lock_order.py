@@ -32,7 +32,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 LEASE = timedelta(minutes=5)
 
 
-def _running_jobs(count: int) -> list[sql.ClaimedJob]:
+def _running_jobs(count: int) -> list[sql.claims.ClaimedJob]:
     jobs = []
     for n in range(count):
         row = JobFactory(
@@ -44,7 +44,7 @@ def _running_jobs(count: int) -> list[sql.ClaimedJob]:
             started_at=timezone.now(),
         )
         jobs.append(
-            sql.ClaimedJob(
+            sql.claims.ClaimedJob(
                 row.pk,
                 row.job_type,
                 row.queue,
@@ -141,7 +141,9 @@ def _assert_locks_in_id_order(holder: psycopg.Connection[Any], first: int, secon
 def test_extend_leases_locks_in_id_order(holder):
     low, high = _running_jobs(2)
 
-    alive = _assert_locks_in_id_order(holder, low.id, high.id, lambda: sql.extend_leases("default", [high, low], LEASE))
+    alive = _assert_locks_in_id_order(
+        holder, low.id, high.id, lambda: sql.claims.extend_leases("default", [high, low], LEASE)
+    )
 
     assert alive == {low.id: False, high.id: False}
 
@@ -150,7 +152,9 @@ def test_record_outcomes_locks_in_id_order(holder):
     low, high = _running_jobs(2)
     outcomes = [Outcome(job, "succeeded", result_json="1", events=(("succeeded", {}),)) for job in (high, low)]
 
-    recorded = _assert_locks_in_id_order(holder, low.id, high.id, lambda: sql.record_outcomes("default", outcomes))
+    recorded = _assert_locks_in_id_order(
+        holder, low.id, high.id, lambda: sql.claims.record_outcomes("default", outcomes)
+    )
 
     assert recorded == {low.id, high.id}
     assert set(Job.objects.values_list("status", flat=True)) == {JobStatus.SUCCEEDED}
@@ -159,7 +163,9 @@ def test_record_outcomes_locks_in_id_order(holder):
 def test_release_locks_in_id_order(holder):
     low, high = _running_jobs(2)
 
-    _assert_locks_in_id_order(holder, low.id, high.id, lambda: sql.release("default", [(high, True), (low, True)]))
+    _assert_locks_in_id_order(
+        holder, low.id, high.id, lambda: sql.claims.release("default", [(high, True), (low, True)])
+    )
 
     assert set(Job.objects.values_list("status", flat=True)) == {JobStatus.QUEUED}
 
@@ -167,7 +173,9 @@ def test_release_locks_in_id_order(holder):
 def test_run_now_locks_in_id_order(holder):
     low, high = _queued_later_jobs(2)
 
-    moved = _assert_locks_in_id_order(holder, low, high, lambda: sql.run_now("default", [high, low], "ops", "unused"))
+    moved = _assert_locks_in_id_order(
+        holder, low, high, lambda: sql.actions.run_now("default", [high, low], "ops", "unused")
+    )
 
     assert sorted(moved) == [low, high]
 
@@ -178,7 +186,7 @@ def test_reclaim_expired_skips_a_held_job_and_takes_the_others(holder):
     holder.execute("SELECT id FROM workhorse_job WHERE id = %s FOR UPDATE", [low.id])
 
     # SKIP LOCKED: it never waits for a row, so it cannot take part in a deadlock on job rows.
-    assert sql.reclaim_expired("default") == 1
+    assert sql.claims.reclaim_expired("default") == 1
     holder.rollback()
 
     assert dict(Job.objects.values_list("id", "status")) == {low.id: JobStatus.RUNNING, high.id: JobStatus.QUEUED}

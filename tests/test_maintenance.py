@@ -13,7 +13,7 @@ from django.db import connection
 from django_workhorse import EnqueueOutcome, Idempotency, WorkhorseError, enqueue, enqueue_with_result, purge
 from django_workhorse.maintenance import prune_expired_bindings, prune_finished_jobs, run_maintenance
 from django_workhorse.models import IdempotencyBinding, Job, JobEvent, JobStatus
-from django_workhorse.sql import MAINTENANCE_LOCK_KEY
+from django_workhorse.sql.housekeeping import MAINTENANCE_LOCK_KEY
 from tests.factories import JobFactory
 
 pytestmark = pytest.mark.django_db

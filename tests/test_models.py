@@ -168,9 +168,9 @@ def test_purge_and_prune_delete_jobs_with_every_kind_of_child_row(status):
     job, other = JobFactory(status=status, finished_at=timezone.now() - timedelta(days=30)), JobFactory()
     make_children(job, other, 2)
     if status == JobStatus.QUEUED:
-        assert sql.purge_queued("default", queue=None, job_ids=[job.pk]) == 1
+        assert sql.housekeeping.purge_queued("default", queue=None, job_ids=[job.pk]) == 1
     else:
-        assert sql.prune_finished_jobs("default", before=timezone.now(), limit=10) == 1
+        assert sql.housekeeping.prune_finished_jobs("default", before=timezone.now(), limit=10) == 1
     assert not Job.objects.filter(pk=job.pk).exists()
     assert children_of([job.pk]) == NO_CHILDREN
 

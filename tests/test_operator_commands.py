@@ -322,13 +322,13 @@ def test_purge_is_quiet_at_verbosity_0():
 def test_purge_deletes_a_large_queue_in_chunks_of_ids(monkeypatch):
     monkeypatch.setattr(actions, "PURGE_CHUNK", 2)
     calls: list[dict[str, Any]] = []
-    real_statement = sql.purge_queued
+    real_statement = sql.housekeeping.purge_queued
 
     def spy(alias: str, **kwargs: Any) -> int:  # the real statement, one call per chunk
         calls.append(kwargs)
         return real_statement(alias, **kwargs)
 
-    monkeypatch.setattr(sql, "purge_queued", spy)
+    monkeypatch.setattr(sql.housekeeping, "purge_queued", spy)
     ids = [enqueue("t", {"n": n}, queue="mail") for n in range(5)]
     enqueue("t", {"n": 9}, queue="other")
 

@@ -86,7 +86,7 @@ def test_scan_covers_package_modules_recursively():
 
 def test_scan_finds_the_statements_of_the_sql_package():
     uses = {path.name: raw_sql_uses(path.read_text()) for path in SQL_PACKAGE.glob("*.py")}
-    assert any(".execute(" in use for use in uses["_connection.py"])
+    assert any(".execute(" in use for use in uses["connection.py"])
     assert any("INSERT INTO" in use for use in uses["enqueue.py"])
     assert any("FOR UPDATE" in use for use in uses["claims.py"])
 

@@ -149,7 +149,7 @@ def test_a_worker_only_claims_its_own_queues():
 def test_notify_wakes_an_idle_worker():
     # Polling every 30 s: only the NOTIFY sent at commit can start the job within the 10 s waited.
     worker = Worker(listen_using="default", poll_interval=30)
-    claim_prefix = workhorse_sql.CLAIM.split("%(")[0]
+    claim_prefix = workhorse_sql.claims.CLAIM.split("%(")[0]
     with connect_directly() as observer, running(worker):
         assert worker.wait_until_listening(10)
 
@@ -598,7 +598,7 @@ def test_claim_uses_the_ready_index_with_a_large_finished_backlog(queues):
 
     params = {"queues": queues, "limit": 10, "lease": timedelta(seconds=30), "worker": "explain"}
     with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute("EXPLAIN (FORMAT JSON) " + workhorse_sql.CLAIM, params)
+        cursor.execute("EXPLAIN (FORMAT JSON) " + workhorse_sql.claims.CLAIM, params)
         plan = _json(cursor.fetchone()[0])[0]["Plan"]
         transaction.set_rollback(True)
 

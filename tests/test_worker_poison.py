@@ -185,7 +185,7 @@ def refusing_trigger() -> Iterator[Callable[[], None]]:
 
 def _recorder_waits(observer: psycopg.Connection[Any]) -> bool:
     fragment = "(o->>'token')::uuid"
-    assert fragment in workhorse_sql.RECORD_OUTCOMES
+    assert fragment in workhorse_sql.claims.RECORD_OUTCOMES
     row = observer.execute(
         "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' "
         "AND strpos(query, %s) > 0",
@@ -304,7 +304,7 @@ def test_a_worker_whose_thread_died_releases_its_jobs_and_fails(monkeypatch):
     def crash(alias: str, name: str) -> None:
         raise ThreadCrash("heartbeat bug")
 
-    monkeypatch.setattr(workhorse_sql, "touch_worker", crash)
+    monkeypatch.setattr(workhorse_sql.housekeeping, "touch_worker", crash)
     job_id = enqueue("tests.wait_for_cancel", {"seconds": 30}, max_attempts=3)
     worker = make_worker(lease=timedelta(seconds=1), drain_timeout=timedelta(milliseconds=100))
     handle = WorkerThread(worker).start()
@@ -322,7 +322,7 @@ def test_the_worker_command_exits_non_zero_when_a_worker_thread_died(monkeypatch
     def crash(alias: str, name: str) -> None:
         raise ThreadCrash("heartbeat bug")
 
-    monkeypatch.setattr(workhorse_sql, "touch_worker", crash)
+    monkeypatch.setattr(workhorse_sql.housekeeping, "touch_worker", crash)
     enqueue("tests.wait_for_cancel", {"seconds": 30})
 
     with pytest.raises(CommandError, match="heartbeat") as raised:

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from django_workhorse.fingerprint import DIGEST_HEX_CHARS
 from django_workhorse.models import JOB_ID_SEQUENCE
-from django_workhorse.sql._connection import _execute
+from django_workhorse.sql.connection import execute
 
 # redrive: copy a dead job into a new queued job (clearing its deadline, not copying checkpoints)
 # and record the lineage, once per (source job, request id): ON CONFLICT DO NOTHING on
@@ -92,19 +92,19 @@ def redrive(
         "source_id": source_id, "request_id": request_id, "requested_by": requested_by, "reason": reason,
         "channel": channel,
     }  # fmt: skip
-    rows = _execute(alias, REDRIVE, params)
+    rows = execute(alias, REDRIVE, params)
     return tuple(rows[0]) if rows else None
 
 
 def find_redrive(alias: str, *, source_id: int, request_id: str) -> tuple[bool, int, str, str] | None:
     """Read a recorded redrive in a fresh snapshot (one committed after REDRIVE's snapshot)."""
-    rows = _execute(alias, FIND_REDRIVE, {"source_id": source_id, "request_id": request_id})
+    rows = execute(alias, FIND_REDRIVE, {"source_id": source_id, "request_id": request_id})
     return tuple(rows[0]) if rows else None
 
 
 def cancel(alias: str, job_id: int, requested_by: str) -> str | None:
     """Run CANCEL; return the job's status before it, or None if there is no such job."""
-    rows = _execute(alias, CANCEL, {"job_id": job_id, "requested_by": requested_by})
+    rows = execute(alias, CANCEL, {"job_id": job_id, "requested_by": requested_by})
     return rows[0][0] if rows else None
 
 
@@ -153,10 +153,10 @@ RETURNING job_id
 def run_now(alias: str, job_ids: Sequence[int], requested_by: str, channel: str) -> list[int]:
     """Run RUN_NOW; return the ids of the jobs moved."""
     params = {"job_ids": list(job_ids), "requested_by": requested_by, "channel": channel}
-    return [row[0] for row in _execute(alias, RUN_NOW, params)]
+    return [row[0] for row in execute(alias, RUN_NOW, params)]
 
 
 def release_bindings(alias: str, binding_ids: Sequence[int], requested_by: str) -> list[int]:
     """Run RELEASE_BINDINGS; return the ids of the jobs whose keys were released."""
     params = {"binding_ids": list(binding_ids), "requested_by": requested_by}
-    return [row[0] for row in _execute(alias, RELEASE_BINDINGS, params)]
+    return [row[0] for row in execute(alias, RELEASE_BINDINGS, params)]

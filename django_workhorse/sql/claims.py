@@ -14,7 +14,7 @@ from typing import Any
 from django.db import IntegrityError, OperationalError, connections, transaction
 
 from django_workhorse.models import JOB_CONCURRENCY_SLOT_UNIQ
-from django_workhorse.sql._connection import _execute, _json, _run, constraint_name
+from django_workhorse.sql.connection import constraint_name, decode_json, execute, run
 
 # claim: lease up to %(limit)s ready jobs of the given queues in priority DESC, run_at, id order,
 # skipping rows other workers hold. Each queue is read through workhorse_job_ready_idx (queue,
@@ -321,7 +321,7 @@ def _claim(alias: str, statement: str, params: dict[str, Any], *, savepoint: boo
     for _ in range(CLAIM_ATTEMPTS):
         try:
             with transaction.atomic(using=alias) if savepoint else nullcontext():
-                rows = _execute(alias, statement, params)
+                rows = execute(alias, statement, params)
         except IntegrityError as exc:
             if constraint_name(exc) != JOB_CONCURRENCY_SLOT_UNIQ:
                 raise
@@ -331,7 +331,8 @@ def _claim(alias: str, statement: str, params: dict[str, Any], *, savepoint: boo
                 raise
             continue
         return [
-            ClaimedJob(*(_json(value) if i in (3, 6) else value for i, value in enumerate(row[:11]))) for row in rows
+            ClaimedJob(*(decode_json(value) if i in (3, 6) else value for i, value in enumerate(row[:11])))
+            for row in rows
         ]
     return []
 
@@ -339,7 +340,7 @@ def _claim(alias: str, statement: str, params: dict[str, Any], *, savepoint: boo
 def record_outcomes(alias: str, outcomes: Sequence[Any]) -> set[int]:
     """Run RECORD_OUTCOMES for ``execution.Outcome`` values; return the ids whose lease was still held."""
     encoded = "[" + ",".join(_json_outcome(outcome) for outcome in outcomes) + "]"
-    return {row[0] for row in _execute(alias, RECORD_OUTCOMES, {"outcomes": encoded})}
+    return {row[0] for row in execute(alias, RECORD_OUTCOMES, {"outcomes": encoded})}
 
 
 def _json_outcome(outcome: Any) -> str:
@@ -359,7 +360,7 @@ def _json_outcome(outcome: Any) -> str:
 def extend_leases(alias: str, held: Sequence[ClaimedJob], lease: timedelta) -> dict[int, bool]:
     """Run EXTEND_LEASES; return {id: cancel requested} for the jobs still held."""
     params = {"job_ids": [j.id for j in held], "tokens": [j.lease_token for j in held], "lease": lease}
-    return {row[0]: bool(row[1]) for row in _execute(alias, EXTEND_LEASES, params)}
+    return {row[0]: bool(row[1]) for row in execute(alias, EXTEND_LEASES, params)}
 
 
 def release(alias: str, held: Sequence[tuple[ClaimedJob, bool]]) -> None:
@@ -369,21 +370,21 @@ def release(alias: str, held: Sequence[tuple[ClaimedJob, bool]]) -> None:
         "tokens": [job.lease_token for job, _ in held],
         "started": [started for _, started in held],
     }
-    _run(alias, RELEASE, params)
+    run(alias, RELEASE, params)
 
 
 def reclaim_expired(alias: str, *, limit: int = 1000) -> int:
     """Run RECLAIM_EXPIRED once; return how many jobs it took back."""
-    return int(_execute(alias, RECLAIM_EXPIRED, {"limit": limit})[0][0])
+    return int(execute(alias, RECLAIM_EXPIRED, {"limit": limit})[0][0])
 
 
 def save_checkpoint(alias: str, job: ClaimedJob, name: str, value_json: str) -> bool:
     """Run SAVE_CHECKPOINT; return whether this worker still held the job."""
     params = {"job_id": job.id, "token": job.lease_token, "name": name, "value": value_json}
-    return bool(_execute(alias, SAVE_CHECKPOINT, params)[0][0])
+    return bool(execute(alias, SAVE_CHECKPOINT, params)[0][0])
 
 
 def load_checkpoint(alias: str, job_id: int, name: str) -> tuple[bool, Any]:
     """Run LOAD_CHECKPOINT; return (found, value)."""
-    rows = _execute(alias, LOAD_CHECKPOINT, {"job_id": job_id, "name": name})
-    return (True, _json(rows[0][0])) if rows else (False, None)
+    rows = execute(alias, LOAD_CHECKPOINT, {"job_id": job_id, "name": name})
+    return (True, decode_json(rows[0][0])) if rows else (False, None)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timedelta
 
-from django_workhorse.sql._connection import _execute, _run
+from django_workhorse.sql.connection import execute, run
 
 # claim_effect: claim an operation of the effect ledger in the caller's transaction, or find the
 # entry that has it. ON CONFLICT DO NOTHING on workhorse_effect_scope_key_hash_uniq waits for an
@@ -91,27 +91,27 @@ def claim_effect(
 ) -> EffectEntry | None:
     """Run CLAIM_EFFECT; return the new claim or the entry seen, or None if the entry is not visible yet."""
     params = {"scope": scope, "key_hash": key_hash, "key_preview": key_preview, "retention": retention}
-    rows = _execute(alias, CLAIM_EFFECT, params)
+    rows = execute(alias, CLAIM_EFFECT, params)
     return EffectEntry(*rows[0]) if rows else None
 
 
 def find_effect(alias: str, *, scope: str, key_hash: bytes) -> EffectEntry | None:
     """Run FIND_EFFECT; return the entry, or None if there is none."""
-    rows = _execute(alias, FIND_EFFECT, {"scope": scope, "key_hash": key_hash})
+    rows = execute(alias, FIND_EFFECT, {"scope": scope, "key_hash": key_hash})
     return EffectEntry(*rows[0]) if rows else None
 
 
 def take_over_effect(alias: str, *, seen_id: int, key_preview: str, retention: timedelta) -> bool:
     """Run TAKE_OVER_EFFECT; return whether this transaction now holds the operation."""
     params = {"seen_id": seen_id, "key_preview": key_preview, "retention": retention}
-    return bool(_execute(alias, TAKE_OVER_EFFECT, params))
+    return bool(execute(alias, TAKE_OVER_EFFECT, params))
 
 
 def store_effect(alias: str, *, entry_id: int, result_json: str, retention: timedelta) -> int:
     """Run STORE_EFFECT; return how many entries were updated (1)."""
-    return _run(alias, STORE_EFFECT, {"id": entry_id, "result": result_json, "retention": retention})
+    return run(alias, STORE_EFFECT, {"id": entry_id, "result": result_json, "retention": retention})
 
 
 def prune_expired_effects(alias: str, *, limit: int) -> int:
     """Run PRUNE_EXPIRED_EFFECTS once; return how many ledger entries were deleted."""
-    return _run(alias, PRUNE_EXPIRED_EFFECTS, {"limit": limit})
+    return run(alias, PRUNE_EXPIRED_EFFECTS, {"limit": limit})

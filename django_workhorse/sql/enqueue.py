@@ -11,7 +11,7 @@ from typing import Any
 
 from django_workhorse.models import JOB_ID_SEQUENCE
 from django_workhorse.prepared import PreparedJob
-from django_workhorse.sql._connection import _execute
+from django_workhorse.sql.connection import execute
 from django_workhorse.sql.keys import _BINDING_COLUMNS, _FREE, _JOB_STATE
 
 # The request columns and their types, in the order the statements unpack them.
@@ -222,7 +222,7 @@ def enqueue_rows(alias: str, rows: Sequence[tuple[int, PreparedJob]], channel: s
         statement, params = ENQUEUE_ONE if keyed else ENQUEUE_ONE_UNKEYED, _one_request_params(rows[0], channel)
     else:
         statement, params = ENQUEUE_MANY if keyed else ENQUEUE_MANY_UNKEYED, _request_params(rows, channel)
-    for row in _execute(alias, statement, params):
+    for row in execute(alias, statement, params):
         ordinal, job_id, accepted = row[0], row[1], row[2]
         if accepted:
             result.accepted[ordinal] = job_id
@@ -235,7 +235,7 @@ def take_over(alias: str, ordinal: int, request: PreparedJob, seen_job_id: int, 
     """Run TAKE_OVER for one request; return the new job id, or None if the key is no longer free
     or no longer names ``seen_job_id``."""
     params = {**_one_request_params((ordinal, request), channel), "seen_job_id": seen_job_id}
-    rows = _execute(alias, TAKE_OVER, params)
+    rows = execute(alias, TAKE_OVER, params)
     return rows[0][1] if rows else None
 
 
@@ -249,7 +249,7 @@ def replace_debounced(alias: str, ordinal: int, request: PreparedJob, seen_job_i
         "reset": binding.reset,
         "window": binding.window,
     }
-    return bool(_execute(alias, REPLACE_DEBOUNCED, params))
+    return bool(execute(alias, REPLACE_DEBOUNCED, params))
 
 
 def find_bindings(alias: str, rows: Sequence[tuple[int, PreparedJob]]) -> dict[int, ExistingBinding]:
@@ -260,7 +260,7 @@ def find_bindings(alias: str, rows: Sequence[tuple[int, PreparedJob]]) -> dict[i
         "scope": [binding.scope for _, binding in bindings],
         "key_hash": [binding.key_hash for _, binding in bindings],
     }
-    return {row[0]: _existing(row[0], row[1:]) for row in _execute(alias, FIND_BINDINGS, params)}
+    return {row[0]: _existing(row[0], row[1:]) for row in execute(alias, FIND_BINDINGS, params)}
 
 
 def _request_values(ordinal: int, job: PreparedJob) -> tuple[Any, ...]:

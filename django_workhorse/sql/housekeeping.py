@@ -8,7 +8,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 
-from django_workhorse.sql._connection import _execute, _run
+from django_workhorse.sql.connection import execute, run
 from django_workhorse.sql.keys import _FREE, _TERMINAL
 
 # purge_queued: delete queued jobs of a queue (or by id), in one statement. Their bindings are
@@ -99,45 +99,45 @@ MAINTENANCE_LOCK_KEY = 0x776F726B686F7273  # "workhors"
 def register_worker(alias: str, *, name: str, host: str, pid: int, queues: Sequence[str], concurrency: int) -> None:
     """Run REGISTER_WORKER."""
     params = {"name": name, "host": host, "pid": pid, "queues": json.dumps(list(queues)), "concurrency": concurrency}
-    _run(alias, REGISTER_WORKER, params)
+    run(alias, REGISTER_WORKER, params)
 
 
 def touch_worker(alias: str, name: str) -> None:
     """Run TOUCH_WORKER."""
-    _run(alias, TOUCH_WORKER, {"name": name})
+    run(alias, TOUCH_WORKER, {"name": name})
 
 
 def deregister_worker(alias: str, name: str) -> None:
     """Run DEREGISTER_WORKER."""
-    _run(alias, DEREGISTER_WORKER, {"name": name})
+    run(alias, DEREGISTER_WORKER, {"name": name})
 
 
 def prune_stale_workers(alias: str, stale_after: timedelta) -> int:
     """Run PRUNE_STALE_WORKERS; return how many records were deleted."""
-    return _run(alias, PRUNE_STALE_WORKERS, {"stale_after": stale_after})
+    return run(alias, PRUNE_STALE_WORKERS, {"stale_after": stale_after})
 
 
 def prune_finished_jobs(alias: str, *, before: datetime, limit: int) -> int:
     """Run PRUNE_FINISHED_JOBS once; return how many jobs were deleted."""
-    return _run(alias, PRUNE_FINISHED_JOBS, {"before": before, "limit": limit})
+    return run(alias, PRUNE_FINISHED_JOBS, {"before": before, "limit": limit})
 
 
 @contextmanager
 def maintenance_lock(alias: str) -> Iterator[bool]:
     """Hold the maintenance advisory lock if no one else does; yield whether it was taken."""
-    taken = bool(_execute(alias, TRY_MAINTENANCE_LOCK, {"key": MAINTENANCE_LOCK_KEY})[0][0])
+    taken = bool(execute(alias, TRY_MAINTENANCE_LOCK, {"key": MAINTENANCE_LOCK_KEY})[0][0])
     try:
         yield taken
     finally:
         if taken:
-            _execute(alias, RELEASE_MAINTENANCE_LOCK, {"key": MAINTENANCE_LOCK_KEY})
+            execute(alias, RELEASE_MAINTENANCE_LOCK, {"key": MAINTENANCE_LOCK_KEY})
 
 
 def purge_queued(alias: str, *, queue: str | None, job_ids: Sequence[int] | None) -> int:
     """Run PURGE_QUEUED; return how many jobs were deleted."""
-    return _run(alias, PURGE_QUEUED, {"queue": queue, "job_ids": list(job_ids) if job_ids is not None else None})
+    return run(alias, PURGE_QUEUED, {"queue": queue, "job_ids": list(job_ids) if job_ids is not None else None})
 
 
 def prune_expired_bindings(alias: str, *, limit: int) -> int:
     """Run PRUNE_EXPIRED_BINDINGS once; return how many bindings were deleted."""
-    return _run(alias, PRUNE_EXPIRED_BINDINGS, {"limit": limit})
+    return run(alias, PRUNE_EXPIRED_BINDINGS, {"limit": limit})

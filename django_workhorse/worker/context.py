@@ -37,7 +37,7 @@ class HandlerContext:
     attempts get the stored result without running ``fn`` again.
     """
 
-    def __init__(self, job: sql.ClaimedJob, *, alias: str, on_heartbeat: Callable[[], None]) -> None:
+    def __init__(self, job: sql.claims.ClaimedJob, *, alias: str, on_heartbeat: Callable[[], None]) -> None:
         self._job = job
         self._alias = alias
         self._on_heartbeat = on_heartbeat
@@ -130,14 +130,14 @@ class HandlerContext:
         NUL or lone surrogates in its text, over ``WORKHORSE_MAX_RESULT_BYTES``, nested too deep).
         """
         check_text(name, "checkpoint name", max_chars=MAX_CHECKPOINT_NAME_CHARS, error=CheckpointNotStorableError)
-        found, value = sql.load_checkpoint(self._alias, self.job_id, name)
+        found, value = sql.claims.load_checkpoint(self._alias, self.job_id, name)
         if found:
             return value  # type: ignore[no-any-return]
         self.raise_if_cancelled()  # never start a stage's effect on a job this worker should drop
         text = check_json(
             fn(), f"checkpoint[{name!r}]", max_bytes=app_settings.MAX_RESULT_BYTES, error=CheckpointNotStorableError
         )
-        if not sql.save_checkpoint(self._alias, self._job, name, text):
+        if not sql.claims.save_checkpoint(self._alias, self._job, name, text):
             self.cancel()
             self.raise_if_cancelled()
         # Every attempt gets the stored (JSON) form, not the first attempt's Python objects.

@@ -32,9 +32,9 @@ FALLBACK_RETRY_DELAY = timedelta(minutes=1)
 
 @dataclass(frozen=True)
 class Outcome:
-    """How an attempt ended, ready to be written by ``sql.record_outcomes``."""
+    """How an attempt ended, ready to be written by ``sql.claims.record_outcomes``."""
 
-    job: sql.ClaimedJob
+    job: sql.claims.ClaimedJob
     status: str  # succeeded, queued (retry at run_at), dead, cancelled, or lost (nothing to write)
     result_json: str | None = None
     error: str = ""
@@ -43,7 +43,7 @@ class Outcome:
     exception: BaseException | None = None  # the handler's, kept for eager mode (never stored)
 
 
-def execute(job: sql.ClaimedJob, context: HandlerContext, started: Callable[[], None] | None = None) -> Outcome:
+def execute(job: sql.claims.ClaimedJob, context: HandlerContext, started: Callable[[], None] | None = None) -> Outcome:
     """Run ``job``'s handler and decide the outcome; write nothing."""
     if job.deadline is not None and job.deadline <= _now():
         return _failure(job, "DeadlineExceeded: the job's deadline passed before it could start", final=True)
@@ -72,7 +72,7 @@ def execute(job: sql.ClaimedJob, context: HandlerContext, started: Callable[[], 
     return Outcome(job, "succeeded", result_json=result_json, events=(("succeeded", {}),))
 
 
-def failure(job: sql.ClaimedJob, exc: BaseException) -> Outcome:
+def failure(job: sql.claims.ClaimedJob, exc: BaseException) -> Outcome:
     """Return the outcome of an attempt that raised ``exc``: a retry, or dead on its last attempt."""
     return _failure(job, describe(exc), exception=exc)
 
@@ -92,7 +92,7 @@ def storable(outcome: Outcome) -> Outcome:
 def record(alias: str, outcomes: Sequence[Outcome]) -> list[str]:
     """Write ``outcomes`` in one statement, fenced by each lease; return each status ('lost' if not held)."""
     writable = [storable(outcome) for outcome in outcomes if outcome.status != "lost"]
-    held = sql.record_outcomes(alias, writable) if writable else set()
+    held = sql.claims.record_outcomes(alias, writable) if writable else set()
     statuses = []
     for outcome in outcomes:
         job = outcome.job
@@ -105,7 +105,7 @@ def record(alias: str, outcomes: Sequence[Outcome]) -> list[str]:
 
 
 def _failure(
-    job: sql.ClaimedJob,
+    job: sql.claims.ClaimedJob,
     error: str,
     *,
     final: bool = False,
@@ -127,7 +127,7 @@ def _failure(
     return Outcome(job, "queued", error=error, run_at=retry_at, events=(failed, retry), exception=exception)
 
 
-def _retry_at(job: sql.ClaimedJob) -> datetime | None:
+def _retry_at(job: sql.claims.ClaimedJob) -> datetime | None:
     """Return when to run the next attempt, or None when the job should be dead now."""
     if job.attempt >= job.max_attempts:
         return None

@@ -13,7 +13,7 @@ from django_workhorse.worker.context import HandlerContext
 class HeldJob:
     """A job this worker holds, and whether its handler started."""
 
-    job: sql.ClaimedJob
+    job: sql.claims.ClaimedJob
     context: HandlerContext
     started_at: float | None = None
     ended: bool = False  # the handler returned; its outcome is on its way to the database

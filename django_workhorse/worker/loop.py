@@ -98,7 +98,7 @@ class Worker:
         helpers = [self._thread(self._heartbeat_forever, "heartbeat")]
         if self.listen_using is not None:
             helpers.append(self._thread(self._listen_forever, "listener"))
-        sql.register_worker(
+        sql.housekeeping.register_worker(
             self.using,
             name=self.name,
             host=socket.gethostname(),
@@ -154,7 +154,7 @@ class Worker:
             limit = min(self.batch, self.capacity - len(self._held), self._budget())
         if limit <= 0:
             return 0
-        jobs = sql.claim(self.using, queues=self.queues, limit=limit, lease=self.lease, worker=self.name)
+        jobs = sql.claims.claim(self.using, queues=self.queues, limit=limit, lease=self.lease, worker=self.name)
         for job in jobs:
             context = HandlerContext(job, alias=self.using, on_heartbeat=functools.partial(self._heartbeat_one, job.id))
             held = HeldJob(job, context)
@@ -193,7 +193,7 @@ class Worker:
         now = time.monotonic()
         if now < due:
             return due
-        if reclaimed := sql.reclaim_expired(self.using):
+        if reclaimed := sql.claims.reclaim_expired(self.using):
             logger.warning("Reclaimed jobs with expired leases count=%s", reclaimed)
         return now + max(self.lease.total_seconds() / 3, 0.5)
 
@@ -270,7 +270,7 @@ class Worker:
         if held:
             self._extend(held)
         try:
-            sql.touch_worker(self.using, self.name)
+            sql.housekeeping.touch_worker(self.using, self.name)
         except DatabaseError:
             logger.exception("Worker heartbeat failed")
             self._close_connection()
@@ -283,7 +283,7 @@ class Worker:
 
     def _extend(self, held: list[HeldJob]) -> None:
         try:
-            alive = sql.extend_leases(self.using, [h.job for h in held], self.lease)
+            alive = sql.claims.extend_leases(self.using, [h.job for h in held], self.lease)
         except DatabaseError:
             logger.exception("Extending leases failed")
             self._close_connection()
@@ -303,7 +303,7 @@ class Worker:
         assert self.listen_using is not None
         while not self._stopping.is_set():
             try:
-                with sql.listen(self.listen_using, app_settings.NOTIFY_CHANNEL) as conn:
+                with sql.connection.listen(self.listen_using, app_settings.NOTIFY_CHANNEL) as conn:
                     self._listening.set()
                     while not self._stopping.is_set():
                         for notice in conn.notifies(timeout=0.5):
@@ -341,7 +341,7 @@ class Worker:
 
     def _deregister(self) -> None:
         try:
-            sql.deregister_worker(self.using, self.name)
+            sql.housekeeping.deregister_worker(self.using, self.name)
         except DatabaseError:
             logger.exception("Deregistering the worker failed; maintenance will remove it")
         connections[self.using].close()
@@ -361,9 +361,9 @@ class Worker:
                 for held in unstarted:
                     self._held.pop(held.job.id, None)
 
-    def _release(self, held: list[tuple[sql.ClaimedJob, bool]]) -> None:
+    def _release(self, held: list[tuple[sql.claims.ClaimedJob, bool]]) -> None:
         try:
-            sql.release(self.using, held)
+            sql.claims.release(self.using, held)
         except Exception:  # their leases lapse instead, and another worker reclaims them
             logger.exception("Releasing jobs failed count=%s; their leases will lapse", len(held))
             self._close_connection()

@@ -16,8 +16,9 @@ from psycopg import sql as pgsql
 from django_workhorse.conf import app_settings
 
 
-def _run(alias: str, statement: str, params: dict[str, Any]) -> int:
-    with _cursor(alias) as cursor:
+def run(alias: str, statement: str, params: dict[str, Any]) -> int:
+    """Run ``statement`` on ``alias``'s connection (in the caller's transaction); return the row count."""
+    with open_cursor(alias) as cursor:
         cursor.execute(statement, params)
         return int(cursor.rowcount)
 
@@ -43,13 +44,14 @@ def constraint_name(exc: BaseException) -> str | None:
     return getattr(diag, "constraint_name", None)
 
 
-def _json(value: Any) -> Any:
-    # Django's connections hand jsonb back as text; the ORM decodes it, raw cursors do not.
+def decode_json(value: Any) -> Any:
+    """Decode a jsonb value a raw cursor returned (Django's connections hand jsonb back as text)."""
     return json.loads(value) if isinstance(value, str) else value
 
 
-def _execute(alias: str, statement: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
-    with _cursor(alias) as cursor:
+def execute(alias: str, statement: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+    """Run ``statement`` on ``alias``'s connection (in the caller's transaction); return its rows."""
+    with open_cursor(alias) as cursor:
         cursor.execute(statement, params)
         return list(cursor.fetchall())
 
@@ -67,7 +69,7 @@ class _PreparedCursor(psycopg.Cursor[Any]):
         return super().execute(query, params, prepare=True, binary=binary)
 
 
-def _cursor(alias: str) -> CursorWrapper:
+def open_cursor(alias: str) -> CursorWrapper:
     """Return a Django cursor wrapper (query logging, execute wrappers, error translation) for ``alias``.
 
     With WORKHORSE_PREPARED_STATEMENTS it wraps a prepared-statement cursor over Django's own
