@@ -47,31 +47,35 @@ class KeyMode(_TextEnum):
     THROTTLE = "throttle"
 
 
-@dataclass(frozen=True)
-class Idempotency:
+class _HidesKey:
+    """Keyed modes: the repr shows the key's length, never the key."""
+
+    key: str
+
+    def __repr__(self) -> str:
+        shown = "".join(f", {f.name}={getattr(self, f.name)!r}" for f in fields(self) if f.name != "key")  # type: ignore[arg-type]
+        return f"{type(self).__name__}(key=<{len(self.key)} chars>{shown})"
+
+
+@dataclass(frozen=True, repr=False)
+class Idempotency(_HidesKey):
     """One acceptance per request while the binding lives (``ttl``, 1 ms..365 days)."""
 
     key: str
     scope: str = DEFAULT_SCOPE
     ttl: timedelta = DEFAULT_IDEMPOTENCY_TTL
 
-    def __repr__(self) -> str:  # never show the raw key
-        return f"Idempotency(key=<{len(self.key)} chars>, scope={self.scope!r}, ttl={self.ttl!r})"
 
-
-@dataclass(frozen=True)
-class Unique:
+@dataclass(frozen=True, repr=False)
+class Unique(_HidesKey):
     """One live job per key: repeats coalesce onto the pending or running job."""
 
     key: str
     scope: str = DEFAULT_SCOPE
 
-    def __repr__(self) -> str:
-        return f"Unique(key=<{len(self.key)} chars>, scope={self.scope!r})"
 
-
-@dataclass(frozen=True)
-class Debounce:
+@dataclass(frozen=True, repr=False)
+class Debounce(_HidesKey):
     """The latest pending definition wins until the job starts or ``window`` elapses."""
 
     key: str
@@ -79,20 +83,14 @@ class Debounce:
     schedule: Literal["reset", "preserve"] = "reset"
     scope: str = DEFAULT_SCOPE
 
-    def __repr__(self) -> str:
-        return f"Debounce(key=<{len(self.key)} chars>, window={self.window!r}, schedule={self.schedule!r}, scope={self.scope!r})"
 
-
-@dataclass(frozen=True)
-class Throttle:
+@dataclass(frozen=True, repr=False)
+class Throttle(_HidesKey):
     """One acceptance per ``window``: repeats coalesce onto the accepted job."""
 
     key: str
     window: timedelta
     scope: str = DEFAULT_SCOPE
-
-    def __repr__(self) -> str:
-        return f"Throttle(key=<{len(self.key)} chars>, window={self.window!r}, scope={self.scope!r})"
 
 
 KeyedMode = Idempotency | Unique | Debounce | Throttle

@@ -152,3 +152,24 @@ class ReadOnlyAdmin(CheckedAdmin):
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+
+class YesNoFilter(admin.SimpleListFilter):
+    """A filter with two choices: rows matching ``condition()``, or the others."""
+
+    two_choices: tuple[tuple[str, str], tuple[str, str]]  # (value, label) of "matching", then of "not matching"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return list(self.two_choices)
+
+    def condition(self) -> Any:
+        """The ``Q`` or ``Exists`` a matching row satisfies."""
+        raise NotImplementedError
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        (matching, _), (others, _) = self.two_choices
+        if self.value() == matching:
+            return queryset.filter(self.condition())
+        if self.value() == others:
+            return queryset.exclude(self.condition())
+        return queryset

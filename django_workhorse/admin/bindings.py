@@ -27,7 +27,7 @@ from django_workhorse.fingerprint import key_hash
 from django_workhorse.models import IdempotencyBinding, free_binding_q
 from django_workhorse.storable import check_text
 
-from .base import ReadOnlyAdmin, actor, has_permission
+from .base import ReadOnlyAdmin, YesNoFilter, actor, has_permission
 from .confirmation import Preview, confirm, confirmed_request_id
 from .display import job_anchor
 
@@ -45,22 +45,15 @@ def digest_prefix_filter(term: str, *, of_jobs: bool = False) -> Q | None:
     return Q(pk__in=matching.values("job_id" if of_jobs else "pk"))
 
 
-class LiveFilter(admin.SimpleListFilter):
+class LiveFilter(YesNoFilter):
     """Bindings that still own their key, or that own nothing any more (expired, job finished)."""
 
     title = "state"
     parameter_name = "state"
+    two_choices = (("active", "Active"), ("expired", "Expired / free"))
 
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [("active", "Active"), ("expired", "Expired / free")]
-
-    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
-        free = free_binding_q(timezone.now())
-        if self.value() == "active":
-            return queryset.exclude(free)
-        if self.value() == "expired":
-            return queryset.filter(free)
-        return queryset
+    def condition(self) -> Any:
+        return ~free_binding_q(timezone.now())
 
 
 class FindKeyForm(forms.Form):

@@ -20,7 +20,7 @@ from django_workhorse.actions import cancel, purge, redrive, run_now
 from django_workhorse.exceptions import WorkhorseError
 from django_workhorse.models import Checkpoint, IdempotencyBinding, Job, JobEvent, JobStatus, Redrive
 
-from .base import ReadOnlyAdmin, actor, has_permission, parse_id
+from .base import ReadOnlyAdmin, YesNoFilter, actor, has_permission, parse_id
 from .bindings import digest_prefix_filter
 from .confirmation import Preview, confirm, confirmed_request_id, job_rows
 from .dashboard import dashboard_view
@@ -45,22 +45,15 @@ PURGE = Preview(
 )
 
 
-class HasKeyFilter(admin.SimpleListFilter):
+class HasKeyFilter(YesNoFilter):
     """Jobs that a keyed request created (they own, or owned, a binding)."""
 
     title = "key"
     parameter_name = "has_key"
+    two_choices = (("yes", "With a key"), ("no", "Without a key"))
 
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [("yes", "With a key"), ("no", "Without a key")]
-
-    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
-        keyed = Exists(IdempotencyBinding.objects.filter(job=OuterRef("pk")))
-        if self.value() == "yes":
-            return queryset.filter(keyed)
-        if self.value() == "no":
-            return queryset.filter(~keyed)
-        return queryset
+    def condition(self) -> Any:
+        return Exists(IdempotencyBinding.objects.filter(job=OuterRef("pk")))
 
 
 class TagFilter(admin.SimpleListFilter):
