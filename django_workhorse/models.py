@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from django_workhorse import conf
 from django_workhorse.fingerprint import key_digest
+from django_workhorse.key_lifetimes import FREED_BY, TERMINAL_JOB_STATUSES
 from django_workhorse.types import KeyMode
 
 JOB_READY_IDX = "workhorse_job_ready_idx"
@@ -74,7 +75,7 @@ class JobStatus(models.TextChoices):
     CANCELLED = "cancelled"
 
 
-TERMINAL_STATUSES = (JobStatus.SUCCEEDED, JobStatus.DEAD, JobStatus.CANCELLED)
+TERMINAL_STATUSES = tuple(JobStatus(status) for status in TERMINAL_JOB_STATUSES)
 
 
 class EventKind(models.TextChoices):
@@ -264,12 +265,9 @@ def hashed_key_indexes(*, expires: str) -> list[models.Index]:
 def free_binding_q(now: datetime) -> models.Q:
     """Bindings that own nothing any more at ``now``: the ORM form of ``_FREE`` in ``sql/keys.py``.
 
-    Built from the same rule table (``FREED_BY``), so the two cannot drift apart. A timed binding
+    Built from the same rule table (``key_lifetimes.FREED_BY``), so the two cannot drift apart. A timed binding
     without ``expires_at`` is not free, as ``WHERE _FREE`` treats it.
     """
-    # The sql package imports this module, so its rule table is imported when first used.
-    from django_workhorse.sql.keys import FREED_BY, TERMINAL_JOB_STATUSES
-
     conditions = []
     for mode, rule in FREED_BY.items():
         condition = models.Q(mode=mode)

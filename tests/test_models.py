@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from django_workhorse import sql
 from django_workhorse.fingerprint import key_digest
+from django_workhorse.key_lifetimes import FREED_BY, TERMINAL_JOB_STATUSES
 from django_workhorse.models import (
     TERMINAL_STATUSES,
     Checkpoint,
@@ -26,7 +27,7 @@ from django_workhorse.models import (
     JobStatus,
     Redrive,
 )
-from django_workhorse.sql.keys import _FREE, FREED_BY, TERMINAL_JOB_STATUSES
+from django_workhorse.sql.keys import _FREE
 from django_workhorse.types import KeyMode
 from tests.factories import JobFactory
 

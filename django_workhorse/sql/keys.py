@@ -1,33 +1,13 @@
 """SQL fragments shared by the statements that decide who owns a key.
 
-Whether a binding still owns its key is defined once, here, as data (``FREED_BY``): ``_FREE`` is
-generated from it for the SQL statements, and ``IdempotencyBinding.objects.free()``/``.live()``
-build their ORM filter from the same data (``models.free_binding_q``).
+Whether a binding still owns its key is defined once, as data (``key_lifetimes.FREED_BY``):
+``_FREE`` is generated from it for the SQL statements, and ``IdempotencyBinding.objects.free()``/
+``.live()`` build their ORM filter from the same data (``models.free_binding_q``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Final
-
-
-@dataclass(frozen=True)
-class FreedBy:
-    """What frees the key of a binding of one mode: its job finished, its time is up, or both."""
-
-    job_terminal: bool
-    expired: bool
-
-
-TERMINAL_JOB_STATUSES: Final = ("succeeded", "dead", "cancelled")
-# Idempotency and throttle keys are free once their time is up, unique keys once their job is
-# terminal, debounce keys once both hold (debounce keeps its key one window past the scheduled run).
-FREED_BY: Final = {
-    "idempotency": FreedBy(job_terminal=False, expired=True),
-    "unique": FreedBy(job_terminal=True, expired=False),
-    "debounce": FreedBy(job_terminal=True, expired=True),
-    "throttle": FreedBy(job_terminal=False, expired=True),
-}
+from django_workhorse.key_lifetimes import FREED_BY, TERMINAL_JOB_STATUSES, FreedBy
 
 _TERMINAL = "(" + ", ".join(f"'{status}'" for status in TERMINAL_JOB_STATUSES) + ")"
 
