@@ -6,18 +6,14 @@ a rename cannot silently break the code that translates their violations.
 
 from __future__ import annotations
 
-import operator
-from datetime import datetime
-from functools import reduce
-
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
 from django.db.models.functions import Length
-from django.utils import timezone
 
 from django_workhorse import conf
 from django_workhorse.fingerprint import key_digest
-from django_workhorse.key_lifetimes import FREED_BY, TERMINAL_JOB_STATUSES
+from django_workhorse.key_lifetimes import TERMINAL_JOB_STATUSES
+from django_workhorse.querysets import BindingQuerySet
 from django_workhorse.types import KeyMode
 
 JOB_READY_IDX = "workhorse_job_ready_idx"
@@ -260,37 +256,6 @@ def hashed_key_constraints(*, unique: str, key_hash_check: str, scope_check: str
 def hashed_key_indexes(*, expires: str) -> list[models.Index]:
     """The index maintenance prunes expired rows by."""
     return [models.Index(fields=["expires_at"], name=expires)]
-
-
-def free_binding_q(now: datetime) -> models.Q:
-    """Bindings that own nothing any more at ``now``: the ORM form of ``_FREE`` in ``sql/keys.py``.
-
-    Built from the same rule table (``key_lifetimes.FREED_BY``), so the two cannot drift apart. A timed binding
-    without ``expires_at`` is not free, as ``WHERE _FREE`` treats it.
-    """
-    conditions = []
-    for mode, rule in FREED_BY.items():
-        condition = models.Q(mode=mode)
-        if rule.job_terminal:
-            condition &= models.Q(job__status__in=TERMINAL_JOB_STATUSES)
-        if rule.expired:
-            condition &= models.Q(expires_at__lte=now)
-        conditions.append(condition)
-    return reduce(operator.or_, conditions)
-
-
-class BindingQuerySet(models.QuerySet["IdempotencyBinding"]):
-    """Bindings by whether they still own their key (``now`` defaults to the current time)."""
-
-    def free(self, now: datetime | None = None) -> BindingQuerySet:
-        """Bindings the next request for their key may take over."""
-        free: BindingQuerySet = self.filter(free_binding_q(now or timezone.now()))
-        return free
-
-    def live(self, now: datetime | None = None) -> BindingQuerySet:
-        """Bindings that still own their key."""
-        live: BindingQuerySet = self.exclude(free_binding_q(now or timezone.now()))
-        return live
 
 
 class IdempotencyBinding(HashedKey):

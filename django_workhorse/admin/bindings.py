@@ -24,7 +24,8 @@ from django.views.decorators.debug import sensitive_post_parameters
 from django_workhorse import conf
 from django_workhorse.actions import release_bindings
 from django_workhorse.fingerprint import key_hash
-from django_workhorse.models import IdempotencyBinding, free_binding_q
+from django_workhorse.models import IdempotencyBinding
+from django_workhorse.querysets import free_binding_q
 from django_workhorse.storable import check_text
 
 from .base import ReadOnlyAdmin, YesNoFilter, actor, has_permission
