@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from django_workhorse.exceptions import (
     AttemptTimeoutError,
     CheckpointNotStorableError,
+    DjangoTaskNotFoundError,
     EffectAlreadyDoneError,
     EffectInFlightError,
     EffectValidationError,
@@ -23,6 +24,7 @@ from django_workhorse.exceptions import (
     RedriveConflictError,
     ResultNotStorableError,
     WorkerThreadError,
+    WorkhorseBackendNotConfiguredError,
     WorkhorseError,
 )
 from django_workhorse.retry import RetryPolicy
@@ -96,6 +98,7 @@ __all__ = [
     "AttemptTimeoutError",
     "CheckpointNotStorableError",
     "Debounce",
+    "DjangoTaskNotFoundError",
     "EffectAlreadyDoneError",
     "EffectInFlightError",
     "EffectValidationError",
@@ -124,6 +127,7 @@ __all__ = [
     "Throttle",
     "Unique",
     "WorkerThreadError",
+    "WorkhorseBackendNotConfiguredError",
     "WorkhorseError",
     "__version__",
     "aenqueue",
