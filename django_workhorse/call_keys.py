@@ -6,10 +6,14 @@ django.tasks calls (``@task(idempotent=True)``) resolve their key here, by the s
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
+from typing import Any
 
 from django_workhorse import conf
+from django_workhorse.conf import app_settings
 from django_workhorse.exceptions import EnqueueValidationError
+from django_workhorse.fingerprint import derived_key
+from django_workhorse.storable import check_json
 from django_workhorse.validation import check_key_text
 
 
@@ -42,3 +46,13 @@ def call_key(
         raise EnqueueValidationError(field=f"{source}, {next(iter(modes))}", bound="at most one keyed mode per request")
     check_key_text(key, source, conf.MAX_KEY_BYTES)  # named as the caller spelled it, never echoed
     return key
+
+
+def checked_derived_key(task_name: str, arguments: Mapping[str, Any]) -> str:
+    """Return the key ``idempotent=True`` derives from a call's bound ``arguments``.
+
+    The arguments are the job's payload, so they are checked as one first: a value PostgreSQL
+    cannot store raises ``EnqueueValidationError`` naming where it is, never a bare ``ValueError``.
+    """
+    check_json(dict(arguments), "payload", max_bytes=app_settings.MAX_PAYLOAD_BYTES, error=EnqueueValidationError)
+    return derived_key(task_name, arguments)

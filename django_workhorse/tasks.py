@@ -7,8 +7,7 @@ from datetime import timedelta
 from typing import Any, Generic, ParamSpec, TypeVar
 
 from django_workhorse import conf
-from django_workhorse.call_keys import call_key
-from django_workhorse.exceptions import EnqueueValidationError
+from django_workhorse.call_keys import call_key, checked_derived_key
 from django_workhorse.fingerprint import derived_key
 from django_workhorse.registry import Handler, add_handler
 from django_workhorse.retry import RetryPolicy
@@ -87,7 +86,7 @@ class Task(Generic[P, R]):
         """Build the :class:`EnqueueRequest` that :meth:`apply_async` would submit, for ``enqueue_many``."""
         payload = bind_arguments(self.func, tuple(args), dict(kwargs or {}))
         key = call_key(
-            lambda: self._derived_key(payload),
+            lambda: checked_derived_key(self.name, payload),
             unique_key=unique_key,
             idempotency_key=idempotency_key,
             idempotent=idempotent,
@@ -101,12 +100,6 @@ class Task(Generic[P, R]):
     def derived_key(self, *args: Any, **kwargs: Any) -> str:
         """Return the key ``idempotent=True`` derives for this call (see docs/derived-keys.md)."""
         return derived_key(self.name, bind_arguments(self.func, args, kwargs))
-
-    def _derived_key(self, payload: dict[str, Any]) -> str:
-        try:
-            return derived_key(self.name, payload)
-        except (TypeError, ValueError) as exc:  # reported as enqueue reports any unserializable payload
-            raise EnqueueValidationError(field="payload", bound="JSON-serializable", value=str(exc)) from exc
 
 
 def task(

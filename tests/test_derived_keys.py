@@ -500,3 +500,15 @@ def test_a_key_shortcut_is_bounded_by_name_at_512_utf8_bytes(shortcut):
             f"{size} bytes",
         )
     assert Job.objects.count() == 1
+
+
+@pytest.mark.parametrize(
+    ("value", "where"), [("bad\udc80", "payload['amount_cents']"), ({"n\x00": 1}, "payload['amount_cents']['n\\x00']")]
+)
+def test_unstorable_text_in_an_idempotent_tasks_arguments_is_refused_naming_where(value, where):
+    # The derived key is computed from the arguments: they are checked as the payload first.
+    for call in (lambda: charge.enqueue(42, value), lambda: plain.enqueue(42, value)):
+        with pytest.raises(EnqueueValidationError) as caught:
+            call()
+        assert (caught.value.field, caught.value.bound) == (where, "text without NUL characters or lone surrogates")
+    assert count_rows() == NOTHING_WRITTEN

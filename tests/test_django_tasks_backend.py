@@ -1087,3 +1087,10 @@ def test_any_arguments_are_refused_cleanly_or_read_back_equal(args, kwargs):
 
 class _ExampleDone(Exception):  # noqa: N818 (rolls one example back; not an error)
     pass
+
+
+@pytest.mark.parametrize("bad", UNSTORABLE_TEXT.values(), ids=UNSTORABLE_TEXT.keys())
+def test_unstorable_text_in_an_idempotent_tasks_arguments_is_invalid_task(bad):
+    with pytest.raises(InvalidTask, match="without NUL characters or lone surrogates"):
+        charge.enqueue(bad, 1000)
+    assert not Job.objects.exists()

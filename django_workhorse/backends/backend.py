@@ -114,7 +114,10 @@ class WorkhorseBackend(BaseTaskBackend):
             raise InvalidTask(f"The task's arguments must be JSON nested at most {conf.MAX_JSON_DEPTH} deep.")
         # Built first: it normalizes the arguments to JSON, raising TypeError as Django's backends do.
         result = new_result(task, args, kwargs, backend=self.alias)
-        payload, options = build_request(task, result.args, result.kwargs, self.defaults)
+        try:  # a derived key is computed from the arguments, checked as the payload first
+            payload, options = build_request(task, result.args, result.kwargs, self.defaults)
+        except EnqueueValidationError as exc:
+            raise InvalidTask(str(exc)) from exc
         announced: list[WorkhorseTaskResult] = []
 
         def announce(enqueued: EnqueueResult) -> None:  # the job is written; eager mode has not run it

@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django_workhorse.backends._framework import InvalidTask, Task, normalize_json
-from django_workhorse.fingerprint import derived_key
+from django_workhorse.call_keys import checked_derived_key
 from django_workhorse.retry import RetryPolicy
 from django_workhorse.signatures import bind_call
 from django_workhorse.types import Debounce, Idempotency, Throttle, Unique
@@ -125,7 +125,7 @@ class WorkhorseTask(_TaskBase):
         """Return the key ``idempotent=True`` derives for this call (docs/django-tasks.md gives the recipe)."""
         args_list, kwargs_dict = _normalized(args, kwargs)
         arguments: dict[str, Any] = normalize_json(dict(self.bind(*args_list, **kwargs_dict).arguments))  # type: ignore[assignment]
-        return derived_key(self.module_path, arguments)
+        return checked_derived_key(self.module_path, arguments)
 
     def bind(self, *args: Any, **kwargs: Any) -> inspect.BoundArguments:
         """Bind a call to the task's function, defaults applied; raise ``TypeError`` if it does not fit.
