@@ -6,10 +6,13 @@ at import, so ``override_settings`` works in tests.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
+from typing import Any, Generic, TypeVar, overload
 
 from django.conf import settings as django_settings
 
+T = TypeVar("T")
 MiB = 1024 * 1024
 
 MAX_KEY_BYTES = 512
@@ -54,64 +57,65 @@ DEFAULT_MAINTENANCE_INTERVAL = timedelta(minutes=1)
 DEFAULT_WORKER_STALE_AFTER = timedelta(minutes=5)
 
 
+class Setting(Generic[T]):
+    """One ``WORKHORSE_<NAME>`` setting, read from ``django.conf.settings`` at each access."""
+
+    def __init__(self, default: T, doc: str, *, convert: Callable[[Any], T] | None = None) -> None:
+        self.default = default
+        self.convert = convert
+        self.__doc__ = doc
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.setting = f"WORKHORSE_{name}"
+
+    @overload
+    def __get__(self, obj: None, owner: type | None = None) -> Setting[T]: ...
+    @overload
+    def __get__(self, obj: object, owner: type | None = None) -> T: ...
+    def __get__(self, obj: object | None, owner: type | None = None) -> Setting[T] | T:
+        if obj is None:
+            return self
+        value = getattr(django_settings, self.setting, self.default)
+        return value if self.convert is None else self.convert(value)
+
+
 class WorkhorseSettings:
-    """Typed access to the ``WORKHORSE_*`` settings, with their defaults."""
+    """Typed access to the ``WORKHORSE_*`` settings, with their defaults (checked by ``checks.py``)."""
 
-    @property
-    def MAX_PAYLOAD_BYTES(self) -> int:  # noqa: N802 (mirrors the setting name)
-        """Largest serialized payload accepted, in bytes (1 MiB; at most 16 MiB)."""
-        return getattr(django_settings, "WORKHORSE_MAX_PAYLOAD_BYTES", DEFAULT_MAX_PAYLOAD_BYTES)
-
-    @property
-    def MAX_RESULT_BYTES(self) -> int:  # noqa: N802
-        """Largest serialized handler result stored, in bytes (1 MiB; 1 KiB..16 MiB); a larger one fails its attempt."""
-        return getattr(django_settings, "WORKHORSE_MAX_RESULT_BYTES", DEFAULT_MAX_RESULT_BYTES)
-
-    @property
-    def NOTIFY_CHANNEL(self) -> str:  # noqa: N802
-        """The LISTEN/NOTIFY channel that announces accepted ready work."""
-        return getattr(django_settings, "WORKHORSE_NOTIFY_CHANNEL", DEFAULT_NOTIFY_CHANNEL)
-
-    @property
-    def PREPARED_STATEMENTS(self) -> bool:  # noqa: N802
-        """Run the enqueue statements as server-side prepared statements (turn off for PgBouncer < 1.21)."""
-        return getattr(django_settings, "WORKHORSE_PREPARED_STATEMENTS", True)
-
-    @property
-    def JOB_RETENTION(self) -> timedelta:  # noqa: N802
-        """How long finished jobs (and their history) are kept before maintenance prunes them."""
-        return getattr(django_settings, "WORKHORSE_JOB_RETENTION", DEFAULT_JOB_RETENTION)
-
-    @property
-    def MAINTENANCE_INTERVAL(self) -> timedelta:  # noqa: N802
-        """How often a worker tries to run maintenance (one worker at a time runs it)."""
-        return getattr(django_settings, "WORKHORSE_MAINTENANCE_INTERVAL", DEFAULT_MAINTENANCE_INTERVAL)
-
-    @property
-    def WORKER_STALE_AFTER(self) -> timedelta:  # noqa: N802
-        """A worker whose heartbeat is older than this is gone; maintenance removes its record."""
-        return getattr(django_settings, "WORKHORSE_WORKER_STALE_AFTER", DEFAULT_WORKER_STALE_AFTER)
-
-    @property
-    def CONCURRENCY_LIMITS(self) -> dict[str, int]:  # noqa: N802
-        """Per concurrency key, how many of its jobs may run at once (exact key match)."""
-        limits: dict[str, int] = getattr(django_settings, "WORKHORSE_CONCURRENCY_LIMITS", {})
-        return limits
-
-    @property
-    def DEFAULT_CONCURRENCY_LIMIT(self) -> int:  # noqa: N802
-        """The limit of a concurrency key that neither the request nor CONCURRENCY_LIMITS names (1)."""
-        return getattr(django_settings, "WORKHORSE_DEFAULT_CONCURRENCY_LIMIT", DEFAULT_CONCURRENCY_LIMIT)
-
-    @property
-    def EAGER(self) -> bool:  # noqa: N802
-        """Run accepted, due jobs synchronously right after enqueue (for tests); dedup stays on."""
-        return bool(getattr(django_settings, "WORKHORSE_EAGER", False))
-
-    @property
-    def EAGER_PROPAGATES(self) -> bool:  # noqa: N802
-        """In eager mode, re-raise a handler's exception after recording it on the job."""
-        return bool(getattr(django_settings, "WORKHORSE_EAGER_PROPAGATES", True))
+    MAX_PAYLOAD_BYTES = Setting(
+        DEFAULT_MAX_PAYLOAD_BYTES, "Largest serialized payload accepted, in bytes (1 MiB; at most 16 MiB)."
+    )
+    MAX_RESULT_BYTES = Setting(
+        DEFAULT_MAX_RESULT_BYTES,
+        "Largest serialized handler result stored, in bytes (1 MiB; 1 KiB..16 MiB); a larger one fails its attempt.",
+    )
+    NOTIFY_CHANNEL = Setting(DEFAULT_NOTIFY_CHANNEL, "The LISTEN/NOTIFY channel that announces accepted ready work.")
+    PREPARED_STATEMENTS = Setting(
+        True, "Run the enqueue statements as server-side prepared statements (turn off for PgBouncer < 1.21)."
+    )
+    JOB_RETENTION = Setting(
+        DEFAULT_JOB_RETENTION, "How long finished jobs (and their history) are kept before maintenance prunes them."
+    )
+    MAINTENANCE_INTERVAL = Setting(
+        DEFAULT_MAINTENANCE_INTERVAL, "How often a worker tries to run maintenance (one worker at a time runs it)."
+    )
+    WORKER_STALE_AFTER = Setting(
+        DEFAULT_WORKER_STALE_AFTER,
+        "A worker whose heartbeat is older than this is gone; maintenance removes its record.",
+    )
+    CONCURRENCY_LIMITS: Setting[dict[str, int]] = Setting(
+        {}, "Per concurrency key, how many of its jobs may run at once (exact key match)."
+    )
+    DEFAULT_CONCURRENCY_LIMIT = Setting(
+        DEFAULT_CONCURRENCY_LIMIT,
+        "The limit of a concurrency key that neither the request nor CONCURRENCY_LIMITS names (1).",
+    )
+    EAGER = Setting(
+        False, "Run accepted, due jobs synchronously right after enqueue (for tests); dedup stays on.", convert=bool
+    )
+    EAGER_PROPAGATES = Setting(
+        True, "In eager mode, re-raise a handler's exception after recording it on the job.", convert=bool
+    )
 
 
 app_settings = WorkhorseSettings()

@@ -43,7 +43,7 @@ OVERRIDES = {
 
 
 def test_every_setting_is_listed_here():
-    names = {name for name, value in vars(conf.WorkhorseSettings).items() if isinstance(value, property)}
+    names = {name for name, value in vars(conf.WorkhorseSettings).items() if isinstance(value, conf.Setting)}
     assert names == set(DEFAULTS) == set(OVERRIDES)
 
 
