@@ -39,13 +39,14 @@ _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
 def utf8_size(value: str, field: str, *, error: BoundError = InvalidArgumentError) -> int:
     """Return the UTF-8 size of ``value``; raise ``error`` if PostgreSQL cannot store it as text."""
-    try:
-        size = len(value.encode())
-    except UnicodeEncodeError:
-        raise error(field=field, bound=TEXT_BOUND, value="a lone surrogate") from None
     if "\x00" in value:
         raise error(field=field, bound=TEXT_BOUND, value="a NUL character")
-    return size
+    if value.isascii():  # the common case, without encoding (a str knows whether it is ASCII)
+        return len(value)
+    try:
+        return len(value.encode())
+    except UnicodeEncodeError:
+        raise error(field=field, bound=TEXT_BOUND, value="a lone surrogate") from None
 
 
 def check_text(

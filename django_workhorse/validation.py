@@ -63,7 +63,7 @@ def check_options(options: EnqueueOptions) -> CheckedOptions:
     Options are immutable, so a batch checks each distinct ``EnqueueOptions`` object once.
     Raise ``EnqueueValidationError`` naming the field and its bound if anything is out of bounds.
     """
-    _enqueue_text(options.queue, "queue", max_chars=conf.MAX_QUEUE_CHARS)
+    check_text(options.queue, "queue", max_chars=conf.MAX_QUEUE_CHARS, error=EnqueueValidationError)
     _integer(options.priority, "priority", conf.MIN_PRIORITY, conf.MAX_PRIORITY)
     _integer(options.max_attempts, "max_attempts", conf.MIN_ATTEMPTS, conf.MAX_ATTEMPTS)
     run_at = _aware(options.run_at, "run_at")
@@ -75,7 +75,12 @@ def check_options(options: EnqueueOptions) -> CheckedOptions:
     if options.timeout is not None:
         _duration(options.timeout, "timeout", conf.MIN_TIMEOUT, conf.MAX_TIMEOUT)
     if options.concurrency_key is not None:
-        _enqueue_text(options.concurrency_key, "concurrency_key", max_bytes=conf.MAX_CONCURRENCY_KEY_BYTES)
+        check_text(
+            options.concurrency_key,
+            "concurrency_key",
+            max_bytes=conf.MAX_CONCURRENCY_KEY_BYTES,
+            error=EnqueueValidationError,
+        )
     if options.concurrency_limit is not None:
         _integer(options.concurrency_limit, "concurrency_limit", conf.MIN_CONCURRENCY_LIMIT, conf.MAX_CONCURRENCY_LIMIT)
         if options.concurrency_key is None:
@@ -105,7 +110,7 @@ def prepare(
     ``checked`` is ``check_options(options)`` when the caller already has it. Raise
     ``EnqueueValidationError`` naming the field and its bound if anything is out of bounds.
     """
-    _enqueue_text(job_type, "job_type", max_chars=conf.MAX_JOB_TYPE_CHARS)
+    check_text(job_type, "job_type", max_chars=conf.MAX_JOB_TYPE_CHARS, error=EnqueueValidationError)
     checked = checked or check_options(options)
     payload_json = _payload(payload, max_payload_bytes or app_settings.MAX_PAYLOAD_BYTES)
     limit = _concurrency_limit(options)
@@ -155,8 +160,8 @@ def _bind(
         raise EnqueueValidationError(
             field=name, bound=f"an instance of {MODE_OPTIONS[name].__name__}", value=type(mode).__name__
         )
-    _enqueue_text(mode.key, f"{name}.key", max_bytes=conf.MAX_KEY_BYTES, secret=True)
-    _enqueue_text(mode.scope, f"{name}.scope", max_bytes=conf.MAX_SCOPE_BYTES)
+    check_text(mode.key, f"{name}.key", max_bytes=conf.MAX_KEY_BYTES, secret=True, error=EnqueueValidationError)
+    check_text(mode.scope, f"{name}.scope", max_bytes=conf.MAX_SCOPE_BYTES, error=EnqueueValidationError)
     lifetime_name = "ttl" if isinstance(mode, Idempotency) else "window"
     lifetime = getattr(mode, lifetime_name, None)
     if lifetime is not None:
@@ -237,10 +242,6 @@ def check_duration(
     _duration(value, field, low, high, error=error)
 
 
-def _enqueue_text(value: Any, field: str, **bounds: Any) -> None:
-    check_text(value, field, error=EnqueueValidationError, **bounds)
-
-
 def _integer(value: Any, field: str, low: int, high: int) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
         raise EnqueueValidationError(field=field, bound=f"an integer in {low}..{high}", value=value)
@@ -263,7 +264,7 @@ def _tags(tags: Any) -> list[str]:
     if len(tags) > conf.MAX_TAGS:
         raise EnqueueValidationError(field="tags", bound=f"at most {conf.MAX_TAGS} tags", value=f"{len(tags)} tags")
     for tag in tags:
-        _enqueue_text(tag, "tags", max_chars=conf.MAX_TAG_CHARS)
+        check_text(tag, "tags", max_chars=conf.MAX_TAG_CHARS, error=EnqueueValidationError)
     if len(set(tags)) != len(tags):
         raise EnqueueValidationError(field="tags", bound="distinct", value=sorted(tags))
     return sorted(tags)
