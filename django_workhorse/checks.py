@@ -61,7 +61,7 @@ def _positive_durations() -> list[CheckMessage]:
 
 @register
 def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[CheckMessage]:
-    """WORKHORSE_* settings must have the right type and stay within bounds (workhorse.E002-E010)."""
+    """WORKHORSE_* settings must have the right type and stay within bounds (workhorse.E002-E010, E201-E202)."""
     errors: list[CheckMessage] = []
     size = _configured("MAX_PAYLOAD_BYTES")
     if not isinstance(size, int) or isinstance(size, bool) or not 1 <= size <= conf.MAX_PAYLOAD_BYTES_LIMIT:
@@ -90,6 +90,31 @@ def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
     if not isinstance(prepared, bool):
         errors.append(
             Error(f"WORKHORSE_PREPARED_STATEMENTS must be True or False, got {prepared!r}.", id="workhorse.E010")
+        )
+    errors.extend(_schedule_settings())
+    return errors
+
+
+def _schedule_settings() -> list[CheckMessage]:
+    """The schedule settings (workhorse.E201, E202)."""
+    errors: list[CheckMessage] = []
+    low, high = conf.MIN_SCHEDULE_MAX_CATCH_UP, conf.MAX_SCHEDULE_MAX_CATCH_UP
+    catch_up = _configured("SCHEDULE_MAX_CATCH_UP")
+    if not isinstance(catch_up, int) or isinstance(catch_up, bool) or not low <= catch_up <= high:
+        errors.append(
+            Error(
+                f"WORKHORSE_SCHEDULE_MAX_CATCH_UP must be an integer in {low}..{high}, got {catch_up!r}.",
+                id="workhorse.E201",
+            )
+        )
+    shortest, longest = conf.MIN_SCHEDULE_INTERVAL, conf.MAX_SCHEDULE_INTERVAL
+    interval = _configured("SCHEDULE_INTERVAL")
+    if not isinstance(interval, timedelta) or not shortest <= interval <= longest:
+        errors.append(
+            Error(
+                f"WORKHORSE_SCHEDULE_INTERVAL must be a timedelta in {shortest}..{longest}, got {interval!r}.",
+                id="workhorse.E202",
+            )
         )
     return errors
 

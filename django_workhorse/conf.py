@@ -55,6 +55,15 @@ DEFAULT_NOTIFY_CHANNEL = "workhorse"
 DEFAULT_JOB_RETENTION = timedelta(days=14)
 DEFAULT_MAINTENANCE_INTERVAL = timedelta(minutes=1)
 DEFAULT_WORKER_STALE_AFTER = timedelta(minutes=5)
+# Periodic schedules: how many missed ticks catch_up="all" enqueues, and how often workers evaluate.
+DEFAULT_SCHEDULE_MAX_CATCH_UP = 100
+MIN_SCHEDULE_MAX_CATCH_UP, MAX_SCHEDULE_MAX_CATCH_UP = 1, 10_000
+DEFAULT_SCHEDULE_INTERVAL = timedelta(seconds=1)
+MIN_SCHEDULE_INTERVAL, MAX_SCHEDULE_INTERVAL = timedelta(milliseconds=1), timedelta(days=1)
+MIN_SCHEDULE_EVERY, MAX_SCHEDULE_EVERY = timedelta(seconds=1), timedelta(days=365)
+# A tick key is the name, "@" and a 32-character UTC instant: within MAX_KEY_BYTES.
+MAX_SCHEDULE_NAME_CHARS = 200
+MAX_SCHEDULE_NAME_BYTES = 400
 
 
 class Setting(Generic[T]):
@@ -109,6 +118,13 @@ class WorkhorseSettings:
     DEFAULT_CONCURRENCY_LIMIT = Setting(
         DEFAULT_CONCURRENCY_LIMIT,
         "The limit of a concurrency key that neither the request nor CONCURRENCY_LIMITS names (1).",
+    )
+    SCHEDULE_MAX_CATCH_UP = Setting(
+        DEFAULT_SCHEDULE_MAX_CATCH_UP,
+        'How many missed ticks a catch_up="all" schedule enqueues at most, the latest ones (100; 1..10,000).',
+    )
+    SCHEDULE_INTERVAL = Setting(
+        DEFAULT_SCHEDULE_INTERVAL, "How often a worker evaluates the schedules, at most (1 s; 1 ms..1 day)."
     )
     EAGER = Setting(
         False, "Run accepted, due jobs synchronously right after enqueue (for tests); dedup stays on.", convert=bool

@@ -201,3 +201,7 @@ class WorkhorseBackendNotConfiguredError(WorkhorseError):
     def __init__(self, job_type: str) -> None:
         self.job_type = job_type
         super().__init__(f"no WorkhorseBackend in settings.TASKS to run {job_type!r} with")
+
+
+class ScheduleDefinitionError(InvalidArgumentError):
+    """A schedule's definition is out of its bounds (``field`` names the value, ``bound`` what it must be)."""

@@ -213,9 +213,54 @@ def test_check_settings_rejects_a_prepared_statements_value_that_is_not_a_bool(p
         ("CONCURRENCY_LIMITS", {"k": 0}, "workhorse.E008"),
         ("MAX_RESULT_BYTES", 0, "workhorse.E009"),
         ("PREPARED_STATEMENTS", "yes", "workhorse.E010"),
+        ("SCHEDULE_MAX_CATCH_UP", 0, "workhorse.E201"),
+        ("SCHEDULE_INTERVAL", timedelta(0), "workhorse.E202"),
     ],
 )
 def test_checks_read_each_setting_through_app_settings(monkeypatch, name, bad, check_id):
     """A default (or any value) that app_settings hands out is what the check judges."""
     monkeypatch.setattr(WorkhorseSettings, name, property(lambda self: bad))
     assert check_ids(check_settings()) == [check_id]
+
+
+@pytest.mark.parametrize("limit", [1, 10_000], ids=["1", "10000"])
+def test_check_settings_accepts_schedule_max_catch_up_at_edge(limit):
+    with override_settings(WORKHORSE_SCHEDULE_MAX_CATCH_UP=limit):
+        assert check_settings() == []
+
+
+@pytest.mark.parametrize("limit", [0, 10_001, True, "100", 100.0, None], ids=repr)
+def test_check_settings_rejects_bad_schedule_max_catch_up(limit):
+    with override_settings(WORKHORSE_SCHEDULE_MAX_CATCH_UP=limit):
+        assert check_settings() == [
+            Error(
+                f"WORKHORSE_SCHEDULE_MAX_CATCH_UP must be an integer in 1..10000, got {limit!r}.", id="workhorse.E201"
+            )
+        ]
+
+
+@pytest.mark.parametrize("interval", [timedelta(milliseconds=1), timedelta(days=1)], ids=["1-ms", "1-day"])
+def test_check_settings_accepts_schedule_interval_at_edge(interval):
+    with override_settings(WORKHORSE_SCHEDULE_INTERVAL=interval):
+        assert check_settings() == []
+
+
+@pytest.mark.parametrize(
+    "interval",
+    [timedelta(microseconds=999), timedelta(days=1, microseconds=1), timedelta(0), 1, None],
+    ids=["999-us", "1-day-1-us", "zero", "int", "none"],
+)
+def test_check_settings_rejects_bad_schedule_interval(interval):
+    with override_settings(WORKHORSE_SCHEDULE_INTERVAL=interval):
+        assert check_settings() == [
+            Error(
+                f"WORKHORSE_SCHEDULE_INTERVAL must be a timedelta in 0:00:00.001000..1 day, 0:00:00, got {interval!r}.",
+                id="workhorse.E202",
+            )
+        ]
+
+
+def test_schedule_settings_defaults():
+    settings = WorkhorseSettings()
+    assert settings.SCHEDULE_MAX_CATCH_UP == 100
+    assert settings.SCHEDULE_INTERVAL.total_seconds() == 1
