@@ -26,6 +26,8 @@ DEFAULTS = {
     "DEFAULT_CONCURRENCY_LIMIT": 1,
     "EAGER": False,
     "EAGER_PROPAGATES": True,
+    "SCHEDULE_MAX_CATCH_UP": 100,
+    "SCHEDULE_INTERVAL": timedelta(seconds=1),
 }
 OVERRIDES = {
     "MAX_PAYLOAD_BYTES": 2048,
@@ -39,6 +41,8 @@ OVERRIDES = {
     "DEFAULT_CONCURRENCY_LIMIT": 2,
     "EAGER": True,
     "EAGER_PROPAGATES": False,
+    "SCHEDULE_MAX_CATCH_UP": 5,
+    "SCHEDULE_INTERVAL": timedelta(seconds=10),
 }
 
 
