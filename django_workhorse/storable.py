@@ -32,6 +32,7 @@ from django_workhorse.fingerprint import canonical_json
 BoundError = Callable[..., Exception]
 
 TEXT_BOUND = "text without NUL characters or lone surrogates"
+DATETIME_BOUND = "an instant in UTC years 1..9999"
 # JSON escapes U+0000 as \u0000, which PostgreSQL's jsonb rejects; an escaped backslash before it is fine.
 _NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
@@ -83,9 +84,6 @@ def check_datetime(value: Any, field: str, *, error: BoundError = InvalidArgumen
     except OverflowError:
         raise error(field=field, bound=DATETIME_BOUND, value=value) from None
     return value
-
-
-DATETIME_BOUND = "an instant in UTC years 1..9999"
 
 
 def check_json(value: Any, field: str, *, max_bytes: int, error: BoundError = InvalidArgumentError) -> str:

@@ -16,7 +16,7 @@ from django.http import HttpRequest, HttpResponse
 from django.urls import URLPattern, path
 
 from django_workhorse import stats
-from django_workhorse.actions import cancel, purge, redrive, run_now
+from django_workhorse.actions import cancel, purge, purgeable, redrive, run_now
 from django_workhorse.exceptions import WorkhorseError
 from django_workhorse.models import Checkpoint, IdempotencyBinding, Job, JobEvent, JobStatus, Redrive
 
@@ -189,8 +189,9 @@ class JobAdmin(ReadOnlyAdmin):
 
     @admin.action(description="Purge selected queued jobs…", permissions=["purge"])
     def purge_jobs(self, request: HttpRequest, queryset: QuerySet[Any]) -> HttpResponse | None:
-        queued = list(queryset.filter(status=JobStatus.QUEUED).order_by("id"))
-        skipped = queryset.exclude(status=JobStatus.QUEUED).count()
+        selected = list(queryset.values_list("pk", flat=True))
+        queued = list(self.list_rows(purgeable(job_ids=selected)).order_by("id"))  # the service's rule
+        skipped = len(selected) - len(queued)
         if confirmed_request_id(request) is None:
             return confirm(self, request, PURGE, rows=job_rows(queued), skipped=skipped)
         count = purge(job_ids=[job.pk for job in queued]) if queued else 0
