@@ -29,6 +29,7 @@ from django_workhorse.exceptions import (
     WorkhorseError,
 )
 from django_workhorse.retry import RetryPolicy
+from django_workhorse.schedules import Schedule
 from django_workhorse.types import (
     Debounce,
     EnqueueOptions,
@@ -55,6 +56,7 @@ if TYPE_CHECKING:
     )
     from django_workhorse.maintenance import prune_expired_bindings, prune_expired_effects
     from django_workhorse.registry import register
+    from django_workhorse.scheduler import enqueue_due_schedules
     from django_workhorse.tasks import Task, task
     from django_workhorse.worker import HandlerContext
 
@@ -76,6 +78,7 @@ _LAZY = {
     "prune_expired_bindings": "django_workhorse.maintenance",
     "prune_expired_effects": "django_workhorse.maintenance",
     "register": "django_workhorse.registry",
+    "enqueue_due_schedules": "django_workhorse.scheduler",
     "cancel": "django_workhorse.actions",
     "redrive": "django_workhorse.actions",
     "task": "django_workhorse.tasks",
@@ -124,6 +127,7 @@ __all__ = [
     "RedriveConflictError",
     "ResultNotStorableError",
     "RetryPolicy",
+    "Schedule",
     "ScheduleDefinitionError",
     "Task",
     "Throttle",
@@ -137,6 +141,7 @@ __all__ = [
     "aenqueue_with_result",
     "cancel",
     "enqueue",
+    "enqueue_due_schedules",
     "enqueue_many",
     "enqueue_with_result",
     "once",

@@ -1,4 +1,4 @@
-"""System checks: PostgreSQL only, and settings within their bounds.
+"""System checks: PostgreSQL only, settings within their bounds, and valid schedules.
 
 Settings are read through ``conf.app_settings``, so a check sees the same value, default included,
 as the code that uses it.
@@ -145,4 +145,25 @@ def _concurrency_limits() -> list[CheckMessage]:
                 f"WORKHORSE_CONCURRENCY_LIMITS must map concurrency keys to integers in {bounds}.", id="workhorse.E008"
             )
         )
+    return errors
+
+
+@register
+def check_schedules(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[CheckMessage]:
+    """Every declared schedule must be valid, each error naming it (workhorse.E203-E208).
+
+    E203 an invalid cron expression, E204 an unknown time zone, E205 an unknown task, E206 a
+    duplicate name, E207 another value out of bounds, E208 arguments that do not fit the task.
+    """
+    from django_workhorse.schedule_sources import ARGUMENTS_DO_NOT_FIT, check_arguments, declared_schedules
+
+    declared, problems = declared_schedules()
+    errors: list[CheckMessage] = [
+        Error(f"Schedule {p.name!r} ({p.origin}): {p.message}.", id=p.check_id) for p in problems
+    ]
+    for schedule in declared:
+        why = check_arguments(schedule)
+        if why is not None:
+            message = f"Schedule {schedule.name!r} ({schedule.origin}): its arguments do not fit task {schedule.task!r}"
+            errors.append(Error(f"{message}: {why}.", id=ARGUMENTS_DO_NOT_FIT))
     return errors

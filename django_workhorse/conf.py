@@ -119,6 +119,9 @@ class WorkhorseSettings:
         DEFAULT_CONCURRENCY_LIMIT,
         "The limit of a concurrency key that neither the request nor CONCURRENCY_LIMITS names (1).",
     )
+    SCHEDULES: Setting[dict[str, Any]] = Setting(
+        {}, 'Periodic schedules by name: {"name": {"task": ..., "cron": ... or "every": ..., ...}} (see docs/schedules.md).'
+    )
     SCHEDULE_MAX_CATCH_UP = Setting(
         DEFAULT_SCHEDULE_MAX_CATCH_UP,
         'How many missed ticks a catch_up="all" schedule enqueues at most, the latest ones (100; 1..10,000).',

@@ -94,6 +94,11 @@ def enqueue_many(requests: Iterable[EnqueueRequest], *, using: str | None = None
     return results
 
 
+def enqueue_prepared(requests: list[PreparedJob], *, using: str) -> list[EnqueueResult]:
+    """Enqueue requests ``prepare`` already checked, as one batch (no eager run: the caller's to do)."""
+    return _submit(requests, using, batch=True)
+
+
 def _bounded_list(requests: Any) -> list[Any]:
     """Take at most one request past the bound from any iterable (a generator is not run to its end)."""
     if isinstance(requests, (str, bytes, Mapping)) or not isinstance(requests, Iterable):

@@ -56,3 +56,4 @@ class PreparedJob:
     concurrency_key: str | None
     concurrency_limit: int | None
     binding: PreparedBinding | None
+    scheduled_for: datetime | None = None  # the schedule tick this job runs for

@@ -16,6 +16,8 @@ _handlers: dict[str, Handler] = {}
 # Asked, in order, for a job type nothing registered: the django.tasks backend resolves module paths.
 _resolvers: list[Callable[[str], Handler | None]] = []
 _task_backends_imported = False
+# Counts registrations, so that what is derived from the registry (schedules) knows to look again.
+generation = 0
 
 
 @dataclass(frozen=True)
@@ -53,7 +55,14 @@ def register(job_type: str, func: F | None = None) -> Any:
 
 def add_handler(handler: Handler) -> None:
     """Register ``handler``; a job type has exactly one handler (re-registering replaces it)."""
+    global generation
     _handlers[handler.job_type] = handler
+    generation += 1
+
+
+def registered(job_type: str) -> Handler | None:
+    """Return the handler registered for ``job_type`` in this process (resolvers are not asked)."""
+    return _handlers.get(job_type)
 
 
 def add_resolver(resolver: Callable[[str], Handler | None]) -> None:

@@ -17,6 +17,9 @@ of evaluators make one job per tick.
 
 from __future__ import annotations
 
+import hashlib
+import json
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -37,11 +40,17 @@ OVERLAP_POLICIES: tuple[str, ...] = ("allow", "skip")
 # catch_up="skip" still runs the newest tick if it is at most this old.
 SKIP_GRACE = timedelta(seconds=60)
 TICK_KEY_SCOPE = "workhorse.schedule"
-# A tick's key must outlive every evaluation that can still find the tick due. due_ticks never
-# returns a tick older than this, and a key lives at least this long after its tick (it is written
-# at or after the tick), so a late evaluator always meets the key. The longest TTL the key store
-# allows: a tick missed for longer than a year is not worth running.
-TICK_KEY_TTL = conf.MAX_KEY_TTL
+# How far back due ticks reach (a schedule's horizon): max_catch_up of its periods (its longest gap
+# between ticks), at least MIN_HORIZON, at most a year less the margin. A tick's key lives its horizon
+# plus TICK_KEY_MARGIN from when it is written (at or after the tick), so every evaluation that can
+# still find a tick due meets its key, and an every-second schedule keeps hours of keys, not a year's.
+MIN_HORIZON = timedelta(hours=1)
+TICK_KEY_MARGIN = timedelta(hours=1)
+MAX_HORIZON = conf.MAX_KEY_TTL - TICK_KEY_MARGIN
+# The period of a cron schedule is measured over this many ticks after a fixed instant, the same on
+# every host.
+_PERIOD_SAMPLE = 30
+_PERIOD_FROM = datetime(2000, 1, 1, tzinfo=timezone.utc)
 # DST changes move local time by less than this; starting cron evaluation this long before a window
 # means it never starts inside a repeated hour that the window depends on.
 _CRON_LEAD = timedelta(hours=3)
@@ -152,15 +161,16 @@ def check_schedule_name(name: Any) -> str:
     )
 
 
-def ticks(schedule: Schedule, after: datetime, until: datetime, *, limit: int) -> list[datetime]:
-    """Return the newest ``limit`` tick instants in (``after``, ``until``], oldest first, in aware UTC."""
+def ticks(schedule: Schedule, after: datetime, until: datetime, *, limit: int, oldest: bool = False) -> list[datetime]:
+    """Return the newest ``limit`` tick instants in (``after``, ``until``] (the oldest ones if
+    ``oldest``), oldest first, in aware UTC."""
     _check_window(after, until, limit)
     if after >= until:
         return []
     if schedule.every is not None:
-        return _every_ticks(schedule.every, after, until, limit)
+        return _every_ticks(schedule.every, after, until, limit, oldest)
     assert schedule.cron is not None
-    return _cron_ticks(schedule.cron, schedule.zone, after, until, limit)
+    return _cron_ticks(schedule.cron, schedule.zone, after, until, limit, oldest)
 
 
 def _check_window(after: datetime, until: datetime, limit: int) -> None:
@@ -175,35 +185,124 @@ def _micros(delta: timedelta) -> int:
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
-def _every_ticks(every: timedelta, after: datetime, until: datetime, limit: int) -> list[datetime]:
+def _every_ticks(every: timedelta, after: datetime, until: datetime, limit: int, oldest: bool) -> list[datetime]:
     step = _micros(every)
     first = _micros(after - _EPOCH) // step + 1  # the first multiple strictly after `after`
     last = _micros(until - _EPOCH) // step  # the last multiple at or before `until`
+    if oldest:
+        last = min(last, first + limit - 1)
     start = max(first, last - limit + 1)
     return [_EPOCH + timedelta(microseconds=k * step) for k in range(start, last + 1)]
 
 
-def _cron_ticks(expression: str, zone: ZoneInfo, after: datetime, until: datetime, limit: int) -> list[datetime]:
+def _cron_start(zone: ZoneInfo, after: datetime) -> datetime:
     # cronsim started inside a repeated hour may return a time before its start (the first
-    # occurrence); starting well before the window and keeping only later ticks avoids it.
-    found: list[datetime] = []
-    for local in CronSim(expression, (after - _CRON_LEAD).astimezone(zone)):
-        tick = local.astimezone(_UTC)
-        if tick > until:
-            break
-        if tick > after and (not found or tick > found[-1]):
-            found.append(tick)
-            if len(found) > limit:
-                del found[0]
-    return found
+    # occurrence) and miss the ticks of the second: near an offset change, start well before the
+    # window and keep only later ticks. Elsewhere start at the window, so a schedule with seconds
+    # does not walk three hours of ticks.
+    if zone.utcoffset(after - _CRON_LEAD) != zone.utcoffset(after + _CRON_LEAD):
+        return (after - _CRON_LEAD).astimezone(zone)
+    return after.astimezone(zone)
+
+
+def _cron_ticks(
+    expression: str, zone: ZoneInfo, after: datetime, until: datetime, limit: int, oldest: bool
+) -> list[datetime]:
+    found: deque[datetime] = deque(maxlen=limit)
+    try:
+        for local in CronSim(expression, _cron_start(zone, after)):
+            tick = local.astimezone(_UTC)
+            if tick > until:
+                break
+            if tick > after and (not found or tick > found[-1]):
+                found.append(tick)
+                if oldest and len(found) == limit:
+                    break
+    except (OverflowError, ValueError):  # past year 9999
+        pass
+    return list(found)
+
+
+def next_tick(schedule: Schedule, after: datetime) -> datetime | None:
+    """Return the first tick strictly after ``after`` (aware UTC), or None past the last storable instant."""
+    check_datetime(after, "after")
+    if schedule.every is not None:
+        step = _micros(schedule.every)
+        k = _micros(after - _EPOCH) // step + 1
+        try:
+            tick = _EPOCH + timedelta(microseconds=k * step)
+        except OverflowError:
+            return None
+        return tick if tick <= conf.MAX_STORED_DATETIME else None
+    assert schedule.cron is not None
+    try:
+        for local in CronSim(schedule.cron, _cron_start(schedule.zone, after)):
+            tick = local.astimezone(_UTC)
+            if tick > after:
+                return tick
+    except (OverflowError, ValueError):  # past year 9999
+        return None
+    return None
+
+
+def definition(schedule: Schedule, task: str) -> dict[str, Any]:
+    """Return the schedule as JSON-ready data (what the state table shows and its digest covers)."""
+    return {
+        "task": task,
+        "cron": schedule.cron,
+        "every_seconds": None if schedule.every is None else schedule.every.total_seconds(),
+        "timezone": schedule.timezone,
+        "catch_up": schedule.catch_up,
+        "overlap": schedule.overlap,
+        "args": list(schedule.args),
+        "kwargs": dict(schedule.kwargs),
+        "queue": schedule.queue,
+        "priority": schedule.priority,
+    }
+
+
+def definition_digest(data: Mapping[str, Any]) -> str:
+    """Return the SHA-256 (hex) of a definition's canonical JSON."""
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"), default=str, ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def describe(schedule: Schedule) -> str:
+    """Return the expression as people read it: the cron text, or ``every 0:05:00``."""
+    return schedule.cron if schedule.cron is not None else f"every {schedule.every}"
+
+
+def period(schedule: Schedule) -> timedelta:
+    """Return the longest gap between consecutive ticks: ``every``, or measured over 30 cron ticks."""
+    if schedule.every is not None:
+        return schedule.every
+    found = ticks(schedule, _PERIOD_FROM, conf.MAX_STORED_DATETIME, limit=_PERIOD_SAMPLE, oldest=True)
+    gaps = [later - earlier for earlier, later in zip(found, found[1:], strict=False)]
+    return max(gaps, default=MAX_HORIZON)
+
+
+def horizon(schedule: Schedule, max_catch_up: int) -> timedelta:
+    """Return how far back the schedule's due ticks reach: ``max_catch_up`` periods, in 1 hour..~1 year."""
+    return min(max(period(schedule) * max_catch_up, MIN_HORIZON), MAX_HORIZON)
+
+
+def tick_key_ttl(schedule_horizon: timedelta) -> timedelta:
+    """Return the lifetime of a tick's key: the horizon and a margin (see ``MIN_HORIZON``)."""
+    return schedule_horizon + TICK_KEY_MARGIN
 
 
 def due_ticks(
-    schedule: Schedule, previous_evaluation: datetime | None, now: datetime, *, max_catch_up: int
+    schedule: Schedule,
+    previous_evaluation: datetime | None,
+    now: datetime,
+    *,
+    max_catch_up: int,
+    schedule_horizon: timedelta | None = None,
 ) -> list[datetime]:
     """Return the ticks to enqueue now, oldest first, per the schedule's ``catch_up``.
 
-    Due ticks lie in (``previous_evaluation``, ``now``] and are younger than ``TICK_KEY_TTL``.
+    Due ticks lie in (``previous_evaluation``, ``now``] and within the schedule's horizon (see
+    :func:`horizon`; pass it when known, it is computed otherwise).
     ``all``: each of them, at most ``max_catch_up`` (the latest); ``latest``: the newest one;
     ``skip``: the newest one if it is at most ``SKIP_GRACE`` (60 s) old. A schedule evaluated for
     the first time (``previous_evaluation is None``) has none.
@@ -211,7 +310,8 @@ def due_ticks(
     check_datetime(now, "now")
     if previous_evaluation is None:
         return []
-    after = max(previous_evaluation, now - TICK_KEY_TTL)
+    reach = horizon(schedule, max_catch_up) if schedule_horizon is None else schedule_horizon
+    after = max(previous_evaluation, now - reach)
     limit = max_catch_up if schedule.catch_up == "all" else 1
     due = ticks(schedule, after, now, limit=limit)
     if schedule.catch_up == "skip":

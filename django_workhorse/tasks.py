@@ -2,21 +2,31 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any, Generic, ParamSpec, TypeVar
 
 from django_workhorse import conf
 from django_workhorse.call_keys import call_key, checked_derived_key
+from django_workhorse.exceptions import ScheduleDefinitionError
 from django_workhorse.fingerprint import derived_key
 from django_workhorse.registry import Handler, add_handler
 from django_workhorse.retry import RetryPolicy
+from django_workhorse.schedule_sources import add_task_schedules
+from django_workhorse.schedules import Schedule
 from django_workhorse.signatures import bind_arguments, declares_context
 from django_workhorse.types import EnqueueOptions, EnqueueRequest, EnqueueResult, JobId, Unique
 from django_workhorse.validation import MODE_OPTIONS, resolve_options
 
 P = ParamSpec("P")
 R = TypeVar("R")
+
+_tasks: dict[str, Task[Any, Any]] = {}
+
+
+def get_task(name: str) -> Task[Any, Any] | None:
+    """Return the ``@task`` registered under ``name`` in this process, else None."""
+    return _tasks.get(name)
 
 
 class Task(Generic[P, R]):
@@ -30,6 +40,7 @@ class Task(Generic[P, R]):
         self.defaults = defaults
         self.idempotent = idempotent
         add_handler(Handler(name, func, takes_context=declares_context(func), spreads_payload=True))
+        _tasks[name] = self
 
     def __repr__(self) -> str:
         return f"<Task {self.name}>"
@@ -112,6 +123,8 @@ def task(
     retry_policy: RetryPolicy | None = None,
     timeout: timedelta | None = None,
     idempotent: bool = False,
+    schedule: Schedule | None = None,
+    schedules: Sequence[Schedule] = (),
 ) -> Any:
     """Turn a function into a :class:`Task` (usable as ``@task`` or ``@task(queue=...)``).
 
@@ -119,12 +132,26 @@ def task(
     annotated ``HandlerContext`` receives the handler context. ``idempotent=True`` gives every
     call a key derived from the task name and its bound arguments, in ``unique`` mode: a repeat
     while the job is queued or running coalesces onto it.
+
+    ``schedule=Schedule(...)`` runs the task periodically (named after the task); ``schedules=[...]``
+    declares several (named ``<task>[0]``, ``<task>[1]``… unless a ``Schedule`` has a ``name``).
     """
+    if schedule is not None and schedules:
+        raise ScheduleDefinitionError(field="schedules", bound="schedule= or schedules=, not both")
+    declared = [schedule] if schedule is not None else list(schedules)
+    for item in declared:
+        if not isinstance(item, Schedule):
+            raise ScheduleDefinitionError(field="schedule", bound="Schedule values", value=type(item).__name__)
     defaults = EnqueueOptions(
         queue=queue, priority=priority, max_attempts=max_attempts, retry_policy=retry_policy, timeout=timeout
     )
 
     def decorate(fn: Callable[..., Any]) -> Task[Any, Any]:
-        return Task(fn, name=name or f"{fn.__module__}.{fn.__qualname__}", defaults=defaults, idempotent=idempotent)
+        made: Task[Any, Any] = Task(
+            fn, name=name or f"{fn.__module__}.{fn.__qualname__}", defaults=defaults, idempotent=idempotent
+        )
+        if declared:
+            add_task_schedules(made.name, declared, indexed=schedule is None)
+        return made
 
     return decorate(func) if func is not None else decorate

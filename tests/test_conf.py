@@ -26,6 +26,7 @@ DEFAULTS = {
     "DEFAULT_CONCURRENCY_LIMIT": 1,
     "EAGER": False,
     "EAGER_PROPAGATES": True,
+    "SCHEDULES": {},
     "SCHEDULE_MAX_CATCH_UP": 100,
     "SCHEDULE_INTERVAL": timedelta(seconds=1),
 }
@@ -41,6 +42,7 @@ OVERRIDES = {
     "DEFAULT_CONCURRENCY_LIMIT": 2,
     "EAGER": True,
     "EAGER_PROPAGATES": False,
+    "SCHEDULES": {"s": {"task": "t", "every": timedelta(minutes=5)}},
     "SCHEDULE_MAX_CATCH_UP": 5,
     "SCHEDULE_INTERVAL": timedelta(seconds=10),
 }

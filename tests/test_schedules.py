@@ -9,7 +9,7 @@ import pytest
 
 from django_workhorse import conf
 from django_workhorse.exceptions import InvalidArgumentError, ScheduleDefinitionError
-from django_workhorse.schedules import TICK_KEY_SCOPE, TICK_KEY_TTL, Schedule, due_ticks, tick_key, ticks
+from django_workhorse.schedules import TICK_KEY_SCOPE, Schedule, due_ticks, horizon, tick_key, tick_key_ttl, ticks
 
 UTC = timezone.utc
 
@@ -277,13 +277,29 @@ def test_catch_up_skip_runs_the_newest_tick_only_within_60_seconds(age, runs):
     assert due == ([utc(2026, 6, 1, 12)] if runs else [])
 
 
-def test_no_tick_older_than_the_key_ttl_is_due():
+def test_no_tick_older_than_the_horizon_is_due_and_every_key_outlives_it():
     """A tick's key outlives every evaluation that can find it due."""
     schedule = Schedule(every=timedelta(days=1), catch_up="all")
     now = utc(2026, 6, 1)
+    reach = horizon(schedule, 10_000)
     due = due_ticks(schedule, now - timedelta(days=1000), now, max_catch_up=10_000)
-    assert due and min(due) > now - TICK_KEY_TTL
-    assert TICK_KEY_TTL <= conf.MAX_KEY_TTL
+    assert due and min(due) >= now - reach
+    assert tick_key_ttl(reach) > reach
+    assert tick_key_ttl(reach) <= conf.MAX_KEY_TTL
+
+
+@pytest.mark.parametrize(
+    ("schedule", "max_catch_up", "expected"),
+    [
+        (Schedule(every=timedelta(seconds=1)), 100, timedelta(hours=1)),  # at least an hour
+        (Schedule(every=timedelta(minutes=1)), 100, timedelta(minutes=100)),
+        (Schedule("0 3 * * *", timezone="Europe/Paris"), 100, timedelta(days=100)),
+        (Schedule("0 3 * * 1-5"), 10, timedelta(days=30)),  # the weekend is the longest gap
+        (Schedule("0 0 29 2 *"), 1, timedelta(days=365) - timedelta(hours=1)),  # at most a year
+    ],
+)
+def test_the_horizon_is_max_catch_up_periods_within_its_bounds(schedule, max_catch_up, expected):
+    assert horizon(schedule, max_catch_up) == expected
 
 
 def test_due_ticks_of_overlapping_windows_are_the_same_ticks():

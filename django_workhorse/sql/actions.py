@@ -25,11 +25,12 @@ lineage AS (
 jobs AS (
     INSERT INTO workhorse_job (
         id, job_type, queue, payload, status, priority, run_at, attempt, max_attempts,
-        retry_policy, deadline, timeout, concurrency_key, concurrency_limit, tags, created_at, last_error, root_id)
+        retry_policy, deadline, timeout, concurrency_key, concurrency_limit, tags, created_at, last_error, root_id,
+        scheduled_for)
     SELECT lineage.new_job_id, source.job_type, source.queue, source.payload, 'queued', source.priority,
            drawn.now, 0, source.max_attempts, source.retry_policy, NULL, source.timeout,
            source.concurrency_key, source.concurrency_limit, source.tags, drawn.now, '',
-           coalesce(source.root_id, source.id)
+           coalesce(source.root_id, source.id), source.scheduled_for
     FROM lineage, source, drawn
     RETURNING id, queue, created_at
 ),

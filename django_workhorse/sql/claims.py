@@ -81,7 +81,7 @@ claimed AS (
     WHERE job.id = chosen.id
     RETURNING job.id, job.job_type, job.queue, job.payload, job.attempt, job.max_attempts,
               job.retry_policy, job.deadline, job.timeout, job.lease_token, coalesce(job.root_id, job.id),
-              job.priority, job.run_at
+              job.scheduled_for, job.priority, job.run_at
 ),
 events AS (
     INSERT INTO workhorse_job_event (job_id, kind, attempt, at, details)
@@ -275,6 +275,7 @@ class ClaimedJob:
     timeout: timedelta | None
     lease_token: Any
     root_id: int  # the first job of a redrive lineage (the job itself when never redriven)
+    scheduled_for: datetime | None = None  # the schedule tick the job runs for
 
 
 # Two workers that pick the same free concurrency slot at once: the second claims again. Two claims
@@ -331,7 +332,7 @@ def _claim(alias: str, statement: str, params: dict[str, Any], *, savepoint: boo
                 raise
             continue
         return [
-            ClaimedJob(*(decode_json(value) if i in (3, 6) else value for i, value in enumerate(row[:11])))
+            ClaimedJob(*(decode_json(value) if i in (3, 6) else value for i, value in enumerate(row[:12])))
             for row in rows
         ]
     return []

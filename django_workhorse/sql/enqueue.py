@@ -22,7 +22,7 @@ _REQUEST_COLUMNS = (
     ("timeout", "interval"), ("concurrency_key", "text"), ("concurrency_limit", "int"), ("scope", "text"),
     ("key_hash", "bytea"),
     ("key_preview", "text"), ("mode", "text"), ("request_digest", "bytea"),
-    ("field_digests", "jsonb"), ("lifetime", "interval"),
+    ("field_digests", "jsonb"), ("lifetime", "interval"), ("scheduled_for", "timestamptz"),
 )  # fmt: skip
 _COLUMNS = tuple(name for name, _ in _REQUEST_COLUMNS)
 # Job ids are drawn up front so a binding can name its job in the same statement.
@@ -54,10 +54,11 @@ def _jobs_ctes(only: str = "") -> str:
 jobs AS (
     INSERT INTO workhorse_job (
         id, job_type, queue, payload, status, priority, run_at, attempt, max_attempts,
-        retry_policy, deadline, timeout, concurrency_key, concurrency_limit, tags, created_at, last_error)
+        retry_policy, deadline, timeout, concurrency_key, concurrency_limit, tags, created_at, last_error,
+        scheduled_for)
     SELECT job_id, job_type, queue, payload, 'queued', priority,
            coalesce(run_at, now + coalesce(delay, interval '0')), 0, max_attempts,
-           retry_policy, deadline, timeout, concurrency_key, concurrency_limit, tags, now, ''
+           retry_policy, deadline, timeout, concurrency_key, concurrency_limit, tags, now, '', scheduled_for
     FROM requests
     {only}
     RETURNING id, queue, run_at, created_at
@@ -272,6 +273,7 @@ def _request_values(ordinal: int, job: PreparedJob) -> tuple[Any, ...]:
         job.concurrency_key, job.concurrency_limit, binding and binding.scope, binding and binding.key_hash,
         binding and binding.key_preview, binding and binding.mode.value, binding and binding.request_digest,
         binding and json.dumps(binding.field_digests, sort_keys=True), binding and binding.lifetime,
+        job.scheduled_for,
     )  # fmt: skip
 
 
@@ -294,11 +296,16 @@ def _json_row(ordinal: int, job: PreparedJob) -> str:
         f"{'null' if job.concurrency_key is None else quote(job.concurrency_key)},"
         f"{'null' if job.concurrency_limit is None else job.concurrency_limit},"
     )
+    tail = f",{_json_time(job.scheduled_for)}]"
     if binding is None:
-        return head + "null,null,null,null,null,null,null]"
-    return head + (
-        f'{quote(binding.scope)},"{binding.key_hash.hex()}",{quote(binding.key_preview)},"{binding.mode.value}",'
-        f'"{binding.request_digest.hex()}",{_json_digests(binding.field_digests)},{_json_micros(binding.lifetime)}]'
+        return head + "null,null,null,null,null,null,null" + tail
+    return (
+        head
+        + (
+            f'{quote(binding.scope)},"{binding.key_hash.hex()}",{quote(binding.key_preview)},"{binding.mode.value}",'
+            f'"{binding.request_digest.hex()}",{_json_digests(binding.field_digests)},{_json_micros(binding.lifetime)}'
+        )
+        + tail
     )
 
 

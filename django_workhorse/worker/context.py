@@ -55,6 +55,11 @@ class HandlerContext:
         return self._job.job_type
 
     @property
+    def scheduled_for(self) -> datetime | None:
+        """The schedule tick this job runs for (aware UTC); ``None`` for a job no schedule enqueued."""
+        return self._job.scheduled_for
+
+    @property
     def attempt(self) -> int:
         """1 on the first attempt, 2 after one retry or a reclaimed lease, and so on."""
         return self._job.attempt

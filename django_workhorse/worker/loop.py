@@ -22,6 +22,8 @@ from django_workhorse import sql
 from django_workhorse.conf import DEFAULT_DRAIN_TIMEOUT, DEFAULT_LEASE, app_settings
 from django_workhorse.exceptions import WorkerThreadError
 from django_workhorse.maintenance import run_maintenance
+from django_workhorse.scheduler import enqueue_due_schedules
+from django_workhorse.types import EnqueueOutcome
 from django_workhorse.worker.context import HandlerContext
 from django_workhorse.worker.execution import Outcome, execute, failure
 from django_workhorse.worker.held import HeldJob
@@ -43,7 +45,9 @@ class Worker:
     """Run jobs of ``queues`` on ``concurrency`` threads until stopped (or, in burst mode, idle).
 
     Wakes on LISTEN/NOTIFY (on the ``listen_using`` alias; ``None`` polls only, as behind
-    PgBouncer in transaction mode) and polls every ``poll_interval`` seconds as a fallback.
+    PgBouncer in transaction mode) and polls every ``poll_interval`` seconds as a fallback. With
+    ``scheduler`` (the default) it also evaluates the periodic schedules, at most once per
+    ``WORKHORSE_SCHEDULE_INTERVAL``, on a thread of its own.
     """
 
     def __init__(
@@ -60,6 +64,7 @@ class Worker:
         using: str = "default",
         listen_using: str | None = "default",
         name: str | None = None,
+        scheduler: bool = True,
     ) -> None:
         self.queues = list(queues)
         self.concurrency = concurrency
@@ -73,6 +78,7 @@ class Worker:
         self.drain_timeout = drain_timeout
         self.using = using
         self.listen_using = listen_using
+        self.scheduler = scheduler
         self.name = name or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.stats = WorkerStats()
         self._stopping = threading.Event()
@@ -98,6 +104,8 @@ class Worker:
         helpers = [self._thread(self._heartbeat_forever, "heartbeat")]
         if self.listen_using is not None:
             helpers.append(self._thread(self._listen_forever, "listener"))
+        if self.scheduler:
+            helpers.append(self._thread(self._schedule_forever, "scheduler"))
         sql.housekeeping.register_worker(
             self.using,
             name=self.name,
@@ -313,6 +321,26 @@ class Worker:
                 self._listening.clear()
                 logger.exception("LISTEN connection failed; reconnecting")
                 self._stopping.wait(1.0)
+
+    # -- schedules -----------------------------------------------------------------------------
+
+    def _schedule_forever(self) -> None:
+        # Every worker evaluates; the tick keys make one job per tick. An evaluation that fails is
+        # logged and the next one (an interval later) covers its window.
+        while not self._stopping.is_set():
+            started = time.monotonic()
+            try:
+                close_old_connections()
+                enqueued = enqueue_due_schedules(using=self.using)
+            except Exception:
+                logger.exception("Evaluating the schedules failed; trying again after the interval")
+                self._close_connection()
+            else:
+                if accepted := [r.job_id for r in enqueued if r.outcome is EnqueueOutcome.ACCEPTED]:
+                    logger.info("Schedules enqueued jobs=%s", accepted)
+            interval = app_settings.SCHEDULE_INTERVAL.total_seconds()
+            self._stopping.wait(max(interval - (time.monotonic() - started), 0))
+        connections.close_all()
 
     # -- shutdown ------------------------------------------------------------------------------
 

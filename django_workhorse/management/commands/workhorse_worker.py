@@ -75,6 +75,12 @@ class Command(BaseCommand):
             default=None,
             help="Alias for the LISTEN connection (default: --database); 'none' polls only (PgBouncer).",
         )
+        parser.add_argument(
+            "--no-scheduler",
+            action="store_false",
+            dest="scheduler",
+            help="Do not evaluate the periodic schedules (another worker or workhorse_scheduler does).",
+        )
 
     def handle(
         self,
@@ -89,6 +95,7 @@ class Command(BaseCommand):
         drain_timeout: float,
         database: str,
         listen_database: str | None,
+        scheduler: bool,
         verbosity: int,
         **options: Any,
     ) -> None:
@@ -110,6 +117,7 @@ class Command(BaseCommand):
             drain_timeout=timedelta(seconds=drain_timeout),
             using=database,
             listen_using=listen,
+            scheduler=scheduler,
         )
         try:
             stats = worker.run()

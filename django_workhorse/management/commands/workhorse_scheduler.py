@@ -1,0 +1,58 @@
+"""``manage.py workhorse_scheduler``: evaluate the periodic schedules, alone, until stopped."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandParser
+from django.db import close_old_connections, connections
+
+from django_workhorse.conf import app_settings
+from django_workhorse.scheduler import enqueue_due_schedules
+from django_workhorse.types import EnqueueOutcome, EnqueueResult
+
+logger = logging.getLogger("django_workhorse.scheduler")
+
+
+class Command(BaseCommand):
+    help = (
+        "Evaluate the periodic schedules every WORKHORSE_SCHEDULE_INTERVAL until SIGTERM/SIGINT "
+        "(with --once, evaluate once and exit). Workers evaluate too unless started with --no-scheduler; "
+        "running both is safe: each tick is still one job."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--once", action="store_true", help="Evaluate once, print what was enqueued, exit.")
+        parser.add_argument("--database", default="default", help="Database alias for schedules and jobs.")
+
+    def handle(self, *args: Any, once: bool, database: str, verbosity: int, **options: Any) -> None:
+        logging.getLogger("django_workhorse").setLevel(
+            {0: logging.WARNING, 1: logging.INFO}.get(verbosity, logging.DEBUG)
+        )
+        if once:
+            self._report(enqueue_due_schedules(using=database), verbosity, always=True)
+            return
+        stopping = threading.Event()
+        previous = {sig: signal.signal(sig, lambda *_: stopping.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            while not stopping.is_set():
+                try:
+                    close_old_connections()
+                    self._report(enqueue_due_schedules(using=database), verbosity)
+                except Exception:  # the next evaluation covers this one's window
+                    logger.exception("Evaluating the schedules failed; trying again after the interval")
+                    connections[database].close()
+                stopping.wait(app_settings.SCHEDULE_INTERVAL.total_seconds())
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            connections[database].close()
+
+    def _report(self, results: list[EnqueueResult], verbosity: int, *, always: bool = False) -> None:
+        accepted = [r.job_id for r in results if r.outcome is EnqueueOutcome.ACCEPTED]
+        if verbosity and (accepted or always):
+            jobs = f": {', '.join(map(str, accepted))}" if accepted else ""
+            self.stdout.write(f"{len(results)} due tick(s), {len(accepted)} new job(s){jobs}")

@@ -1,0 +1,211 @@
+"""Evaluate the periodic schedules: enqueue each due tick, exactly once however many evaluators run.
+
+Every worker evaluates (at most once per ``WORKHORSE_SCHEDULE_INTERVAL``); nothing elects a leader.
+Each tick is an idempotent enqueue keyed by the schedule's name and the tick's UTC instant in a
+reserved scope, so PostgreSQL's unique constraint on bindings decides, as for any enqueue, and two
+evaluators whose windows overlap make one job per tick.
+
+An evaluation reads the state table (one SELECT) and, for schedules whose next tick has come, locks
+their rows in name order, re-reads them, enqueues their due ticks in one batch and advances their
+windows, in one transaction. A schedule with nothing due costs a comparison: the next tick of each
+definition is kept in memory.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+
+from django.db import router, transaction
+
+from django_workhorse import eager, sql
+from django_workhorse.conf import app_settings
+from django_workhorse.enqueue_api import enqueue_prepared
+from django_workhorse.exceptions import EnqueueIdempotencyConflictError, EnqueueValidationError, InvalidArgumentError
+from django_workhorse.models import JobStatus, ScheduleState
+from django_workhorse.prepared import PreparedJob
+from django_workhorse.schedule_sources import DeclaredSchedule, check_arguments, declared_schedules
+from django_workhorse.schedules import TICK_KEY_SCOPE, due_ticks, horizon, next_tick, tick_key, tick_key_ttl
+from django_workhorse.sql.schedules import Advance, ScheduleRow
+from django_workhorse.storable import check_datetime, check_json
+from django_workhorse.types import EnqueueResult, Idempotency
+
+logger = logging.getLogger(__name__)
+
+# overlap="skip" waits while the previous job is in one of these.
+LIVE_STATUSES = (str(JobStatus.QUEUED), str(JobStatus.RUNNING))
+
+
+@dataclass
+class _Known:
+    """What this process computed for one definition: kept while its digest stays the same."""
+
+    horizon: timedelta
+    problem: str | None
+    # (after, the first tick after it or None): nothing is due while that tick lies ahead. One
+    # attribute, so threads replace the pair at once.
+    window: tuple[datetime, datetime | None] | None = None
+
+
+_known: dict[tuple[str, str, int], _Known] = {}
+_known_lock = threading.Lock()
+
+
+def enqueue_due_schedules(now: datetime | None = None, *, using: str | None = None) -> list[EnqueueResult]:
+    """Enqueue the due ticks of every active schedule, in one batch; return their results.
+
+    ``now`` defaults to the database's clock (the same for every host). The due ticks of a
+    schedule lie in (its previous evaluation, ``now``]; a schedule seen for the first time has
+    none; ``catch_up`` and ``overlap`` decide which of them run. Paused schedules make no ticks.
+    A schedule whose request is refused (its arguments no longer fit its task) is skipped and
+    logged; the others still run.
+    """
+    if now is not None:
+        check_datetime(now, "now")
+    alias = using or router.db_for_write(ScheduleState)
+    declared, _problems = declared_schedules()
+    max_catch_up = app_settings.SCHEDULE_MAX_CATCH_UP
+    runnable = {d.name: d for d in declared if _knowledge(d, max_catch_up).problem is None}
+    states, clock = sql.schedules.read_states(alias)
+    now = clock if now is None else now
+    _sync(alias, runnable, states, now)
+    candidates = sorted(name for name, d in runnable.items() if _may_be_due(d, states.get(name), now, max_catch_up))
+    if not candidates:
+        return []
+    with transaction.atomic(using=alias):
+        locked = sql.schedules.lock_states(alias, candidates)
+        prepared, advances = _plan([runnable[name] for name in candidates], locked, now, max_catch_up)
+        results = _enqueue(alias, prepared, advances)
+        sql.schedules.advance(alias, list(advances.values()), now)
+    if eager.is_active():
+        eager.run_accepted(alias, results)
+    return results
+
+
+def _knowledge(declared: DeclaredSchedule, max_catch_up: int) -> _Known:
+    key = (declared.name, declared.digest, max_catch_up)
+    known = _known.get(key)
+    if known is None:
+        problem = check_arguments(declared)
+        if problem is None:
+            try:
+                check_json(declared.definition, "definition", max_bytes=app_settings.MAX_PAYLOAD_BYTES)
+            except InvalidArgumentError as exc:
+                problem = str(exc)
+        if problem is not None:
+            logger.error("Schedule left out name=%s origin=%s: %s", declared.name, declared.origin, problem)
+        known = _Known(horizon=horizon(declared.schedule, max_catch_up), problem=problem)
+        with _known_lock:
+            _known[key] = known
+    return known
+
+
+def _sync(alias: str, runnable: dict[str, DeclaredSchedule], states: dict[str, ScheduleRow], now: datetime) -> None:
+    """Write what changed in code: new schedules, changed definitions, schedules gone (inactive)."""
+    new = [d for name, d in runnable.items() if name not in states]
+    changed = [
+        d
+        for name, d in runnable.items()
+        if name in states and (states[name].digest != d.digest or not states[name].active)
+    ]
+    gone = sorted(name for name, row in states.items() if row.active and name not in runnable)
+    if not (new or changed or gone):
+        return
+    with transaction.atomic(using=alias):
+        if new:
+            sql.schedules.insert_states(alias, [_definition_row(d) for d in new], now)
+        if changed:
+            sql.schedules.sync_states(alias, [_definition_row(d) for d in changed], now)
+        if gone:
+            sql.schedules.deactivate(alias, gone, now)
+    for d in new:  # first seen: its window starts now, nothing is due in this evaluation
+        states[d.name] = ScheduleRow(d.name, d.digest, True, False, now, None)
+
+
+def _definition_row(declared: DeclaredSchedule) -> tuple[str, str, dict[str, object], str]:
+    return (declared.name, declared.task, declared.definition, declared.digest)
+
+
+def _may_be_due(declared: DeclaredSchedule, row: ScheduleRow | None, now: datetime, max_catch_up: int) -> bool:
+    """Whether a tick may lie in the schedule's window, from the next tick kept in memory."""
+    if row is None or row.paused or row.evaluated_until >= now:
+        return False
+    known = _knowledge(declared, max_catch_up)
+    start = max(row.evaluated_until, now - known.horizon)
+    window = known.window
+    if window is None or window[0] > start:
+        window = known.window = (start, next_tick(declared.schedule, start))
+    return window[1] is not None and window[1] <= now
+
+
+def _plan(
+    schedules: list[DeclaredSchedule], locked: dict[str, sql.schedules.LockedState], now: datetime, max_catch_up: int
+) -> tuple[list[tuple[str, PreparedJob]], dict[str, Advance]]:
+    """Return the requests of the due ticks (by schedule, in name and tick order) and each schedule's advance."""
+    prepared: list[tuple[str, PreparedJob]] = []
+    advances: dict[str, Advance] = {}
+    for declared in schedules:
+        state = locked.get(declared.name)
+        if state is None or state.paused or not state.active or state.evaluated_until >= now:
+            continue
+        known = _knowledge(declared, max_catch_up)
+        start = max(state.evaluated_until, now - known.horizon)
+        known.window = (now, next_tick(declared.schedule, now))
+        due = due_ticks(
+            declared.schedule, state.evaluated_until, now, max_catch_up=max_catch_up, schedule_horizon=known.horizon
+        )
+        advances[declared.name] = Advance(declared.name)
+        if not due:
+            missed = next_tick(declared.schedule, start)
+            if missed is not None and missed <= now:  # catch_up="skip" dropped a tick older than 60 s
+                advances[declared.name] = Advance(declared.name, skip_at=missed, skip_reason="catch_up=skip: too late")
+            continue
+        if declared.schedule.overlap == "skip":
+            if state.previous_job_status in LIVE_STATUSES:
+                reason = f"overlap=skip: job {state.last_job_id} is {state.previous_job_status}"
+                advances[declared.name] = Advance(declared.name, skip_at=due[-1], skip_reason=reason)
+                continue
+            due = due[-1:]  # the newest: the others would overlap it
+        for tick in due:
+            try:
+                prepared.append((declared.name, _request(declared, tick, known.horizon)))
+            except (EnqueueValidationError, TypeError, ValueError) as exc:
+                logger.error("Schedule tick refused name=%s tick=%s: %s", declared.name, tick.isoformat(), exc)
+                advances[declared.name] = Advance(declared.name, skip_at=tick, skip_reason=f"refused: {exc}"[:200])
+                break
+    return prepared, advances
+
+
+def _request(declared: DeclaredSchedule, tick: datetime, schedule_horizon: timedelta) -> PreparedJob:
+    from django_workhorse.validation import prepare
+
+    key = Idempotency(tick_key(declared.name, tick), scope=TICK_KEY_SCOPE, ttl=tick_key_ttl(schedule_horizon))
+    request = declared.request({"idempotency": key})
+    return replace(prepare(request.job_type, request.payload, request.options), scheduled_for=tick)
+
+
+def _enqueue(alias: str, prepared: list[tuple[str, PreparedJob]], advances: dict[str, Advance]) -> list[EnqueueResult]:
+    """Enqueue the ticks in one batch. A tick another definition of its schedule enqueued already
+    (old and new code during a deploy) is that tick's job: it is left out and the rest resubmitted."""
+    pending = list(prepared)
+    while pending:
+        try:
+            results = enqueue_prepared([job for _, job in pending], using=alias)
+        except EnqueueIdempotencyConflictError as exc:
+            assert exc.ordinal is not None
+            name, job = pending.pop(exc.ordinal)
+            logger.warning("Schedule tick enqueued already by another definition name=%s job=%s", name, exc.job_id)
+            _record(advances, name, job, exc.job_id)
+            continue
+        for (name, job), result in zip(pending, results, strict=True):
+            _record(advances, name, job, result.job_id)
+        return results
+    return []
+
+
+def _record(advances: dict[str, Advance], name: str, job: PreparedJob, job_id: int) -> None:
+    previous = advances[name]
+    if previous.tick is None or (job.scheduled_for is not None and job.scheduled_for >= previous.tick):
+        advances[name] = replace(previous, tick=job.scheduled_for, job_id=job_id)
