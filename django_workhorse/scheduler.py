@@ -27,7 +27,7 @@ from django_workhorse.exceptions import EnqueueIdempotencyConflictError, Enqueue
 from django_workhorse.models import JobStatus, ScheduleState
 from django_workhorse.prepared import PreparedJob
 from django_workhorse.schedule_sources import DeclaredSchedule, check_arguments, declared_schedules
-from django_workhorse.schedules import TICK_KEY_SCOPE, due_ticks, horizon, next_tick, tick_key, tick_key_ttl
+from django_workhorse.schedules import TICK_KEY_SCOPE, due_ticks, horizon, next_tick, tick_key, tick_key_ttl, ticks
 from django_workhorse.sql.schedules import Advance, ScheduleRow
 from django_workhorse.storable import check_datetime, check_json
 from django_workhorse.types import EnqueueResult, Idempotency
@@ -158,9 +158,11 @@ def _plan(
         )
         advances[declared.name] = Advance(declared.name)
         if not due:
-            missed = next_tick(declared.schedule, start)
-            if missed is not None and missed <= now:  # catch_up="skip" dropped a tick older than 60 s
-                advances[declared.name] = Advance(declared.name, skip_at=missed, skip_reason="catch_up=skip: too late")
+            missed = ticks(declared.schedule, start, now, limit=1)
+            if missed:  # catch_up="skip" dropped the newest tick: older than 60 s
+                advances[declared.name] = Advance(
+                    declared.name, skip_at=missed[0], skip_reason="catch_up=skip: too late"
+                )
             continue
         if declared.schedule.overlap == "skip":
             if state.previous_job_status in LIVE_STATUSES:

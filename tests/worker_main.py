@@ -1,7 +1,8 @@
 """Run ``manage.py workhorse_worker`` for the process tests, with the test handlers loaded.
 
 Usage: ``DATABASE_URL=... python tests/worker_main.py [workhorse_worker options]``. The settings are
-``tests.settings``; pass the test database through ``DATABASE_URL``. ``Worker.stop`` is wrapped to
+``tests.settings``; pass the test database through ``DATABASE_URL``, and schedules through
+``WORKHORSE_TEST_SCHEDULES`` (JSON, ``every`` in seconds) and ``WORKHORSE_TEST_SCHEDULE_INTERVAL``. ``Worker.stop`` is wrapped to
 set ``tests.worker_tasks.STOP_REQUESTED`` as well, so a running handler can observe the stop.
 """
 
@@ -22,6 +23,7 @@ def main(argv: list[str]) -> int:
     import django
 
     django.setup()
+    _schedules_from_environment()
 
     from django.core.management import call_command
 
@@ -37,6 +39,25 @@ def main(argv: list[str]) -> int:
     Worker.stop = stop_and_tell_handlers  # type: ignore[method-assign]
     call_command("workhorse_worker", *argv)
     return 0
+
+
+def _schedules_from_environment() -> None:
+    """``WORKHORSE_TEST_SCHEDULES`` (JSON: name -> entry, ``every`` in seconds) becomes WORKHORSE_SCHEDULES."""
+    import json
+    from datetime import timedelta
+
+    from django.conf import settings
+
+    text = os.environ.get("WORKHORSE_TEST_SCHEDULES")
+    if text:
+        entries = json.loads(text)
+        for entry in entries.values():
+            if "every" in entry:
+                entry["every"] = timedelta(seconds=entry["every"])
+        settings.WORKHORSE_SCHEDULES = entries
+    interval = os.environ.get("WORKHORSE_TEST_SCHEDULE_INTERVAL")
+    if interval:
+        settings.WORKHORSE_SCHEDULE_INTERVAL = timedelta(seconds=float(interval))
 
 
 if __name__ == "__main__":

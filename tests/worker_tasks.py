@@ -144,6 +144,13 @@ def record_ctx(ctx: HandlerContext, payload: Any) -> dict[str, Any]:
     return {"attempt": ctx.attempt}
 
 
+@register("tests.scheduled")
+def scheduled(ctx: HandlerContext, payload: Any) -> dict[str, Any]:
+    """Return the tick the job runs for (None for a job no schedule enqueued) and this process's id."""
+    tick = ctx.scheduled_for
+    return {"scheduled_for": None if tick is None else tick.isoformat(), "pid": os.getpid(), "payload": payload}
+
+
 @register("tests.fail_until")
 def fail_until(ctx: HandlerContext, payload: dict[str, int]) -> dict[str, int]:
     """Fail every attempt before ``payload["succeed_on"]``."""
