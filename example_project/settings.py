@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
 import environ
@@ -64,6 +65,21 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "static/"
+
+# Periodic jobs: every worker evaluates them, and each tick is one job (see docs/schedules.md).
+WORKHORSE_SCHEDULES = {
+    "shop.reindex-stale-products": {
+        "task": "shop.reindex_stale_products",
+        "every": timedelta(minutes=5),
+        "overlap": "skip",
+    },
+    "shop.nightly-digest": {
+        "task": "shop.send_digest",
+        "cron": "0 3 * * *",
+        "timezone": "Europe/Paris",
+        "kwargs": {"user": "ops@example.com"},
+    },
+}
 
 # The worker's console shows what the shop's jobs do (charges, reindexes, digests).
 LOGGING = {

@@ -371,3 +371,27 @@ def test_the_conflict_page_shows_the_conflicting_fields_and_never_the_raw_key(cl
         assert shown in page
     assert raw_key not in page
     assert job.payload == {"order_id": order.pk, "amount_cents": 500}  # the first request won, nothing else
+
+
+def test_the_periodic_reindex_catches_up_stale_products_once_per_tick():
+    from datetime import datetime
+    from datetime import timezone as tz
+
+    from django.test import override_settings
+
+    from django_workhorse import enqueue_due_schedules
+    from django_workhorse.testing import eager
+    from example_project import settings as shop_settings
+
+    stale = Product.objects.create(name="lamp", description="brass", indexed_description="")
+    fresh = Product.objects.create(name="desk", description="oak", indexed_description="oak")
+    t0 = datetime(2026, 6, 1, 12, 1, tzinfo=tz.utc)
+    with override_settings(WORKHORSE_SCHEDULES=shop_settings.WORKHORSE_SCHEDULES), eager():
+        enqueue_due_schedules(t0)
+        [result] = enqueue_due_schedules(t0 + timedelta(minutes=4))  # the 12:05 tick
+        assert enqueue_due_schedules(t0 + timedelta(minutes=4)) == []
+    stale.refresh_from_db()
+    fresh.refresh_from_db()
+    assert (stale.indexed_description, fresh.indexed_at) == ("brass", None)
+    job = Job.objects.get(pk=result.job_id)
+    assert job.result == {"reindexed": 1, "tick": "2026-06-01T12:05:00+00:00"}

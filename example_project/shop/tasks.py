@@ -12,7 +12,7 @@ import threading
 import time
 from typing import Any
 
-from django.db import transaction
+from django.db import models, transaction
 from django.utils import timezone
 
 from django_workhorse import HandlerContext, register
@@ -102,6 +102,22 @@ def update_search_index(payload: dict[str, int]) -> dict[str, Any]:
     Product.objects.filter(pk=product.pk).update(indexed_description=product.description, indexed_at=timezone.now())
     logger.info("Reindexed product %s", product.pk)
     return {"product_id": product.pk, "indexed_chars": len(product.description)}
+
+
+@register("shop.reindex_stale_products")
+def reindex_stale_products(ctx: HandlerContext, payload: dict[str, Any]) -> dict[str, Any]:
+    """Catch up the search index for products edited since their last indexing (a periodic job).
+
+    ``ctx.scheduled_for`` is the tick this run is for; a repeated run finds nothing stale left.
+    """
+    stale = Product.objects.exclude(indexed_description=models.F("description"))
+    count = 0
+    for product in stale.only("id", "description"):
+        Product.objects.filter(pk=product.pk).update(indexed_description=product.description, indexed_at=timezone.now())
+        count += 1
+    tick = ctx.scheduled_for.isoformat() if ctx.scheduled_for else None
+    logger.info("Reindexed %s stale product(s) for the tick %s", count, tick)
+    return {"reindexed": count, "tick": tick}
 
 
 @register("shop.send_digest")
