@@ -67,11 +67,12 @@ def enqueue_due_schedules(now: datetime | None = None, *, using: str | None = No
     alias = using or router.db_for_write(ScheduleState)
     declared, _problems = declared_schedules()
     max_catch_up = app_settings.SCHEDULE_MAX_CATCH_UP
-    runnable = {d.name: d for d in declared if _knowledge(d, max_catch_up).problem is None}
+    knowledge = {d.name: (d, _knowledge(d, max_catch_up)) for d in declared}
+    runnable = {name: d for name, (d, k) in knowledge.items() if k.problem is None}
     states, clock = sql.schedules.read_states(alias)
     now = clock if now is None else now
     _sync(alias, runnable, states, now)
-    candidates = sorted(name for name, d in runnable.items() if _may_be_due(d, states.get(name), now, max_catch_up))
+    candidates = sorted(name for name in runnable if _may_be_due(*knowledge[name], states.get(name), now))
     if not candidates:
         return []
     with transaction.atomic(using=alias):
@@ -128,11 +129,10 @@ def _definition_row(declared: DeclaredSchedule) -> tuple[str, str, dict[str, obj
     return (declared.name, declared.task, declared.definition, declared.digest)
 
 
-def _may_be_due(declared: DeclaredSchedule, row: ScheduleRow | None, now: datetime, max_catch_up: int) -> bool:
+def _may_be_due(declared: DeclaredSchedule, known: _Known, row: ScheduleRow | None, now: datetime) -> bool:
     """Whether a tick may lie in the schedule's window, from the next tick kept in memory."""
     if row is None or row.paused or row.evaluated_until >= now:
         return False
-    known = _knowledge(declared, max_catch_up)
     start = max(row.evaluated_until, now - known.horizon)
     window = known.window
     if window is None or window[0] > start:
