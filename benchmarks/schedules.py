@@ -99,6 +99,12 @@ def stats(values: list[float]) -> dict[str, float]:
     return {"median": statistics.median(values), "min": min(values), "max": max(values), "runs": values}
 
 
+def forget(scheduler: Any) -> None:
+    """Forget what this process computed for the schedules, as a new process would not know it."""
+    scheduler._known.clear()
+    getattr(scheduler, "_horizons", {}).clear()
+
+
 def reset() -> None:
     from django.db import connection
 
@@ -107,7 +113,7 @@ def reset() -> None:
     with connection.cursor() as cursor:
         cursor.execute("TRUNCATE workhorse_job, workhorse_schedule CASCADE")
         cursor.execute("CHECKPOINT")
-    scheduler._known.clear()  # a new process: nothing computed yet
+    forget(scheduler)
 
 
 def measure_size(size: int, runs: int) -> dict[str, Any]:
@@ -148,7 +154,7 @@ def measure_size(size: int, runs: int) -> dict[str, Any]:
     # A process starting with the rows in place: nothing computed yet, the setting read afresh.
     cold = []
     for i in range(runs):
-        scheduler._known.clear()
+        forget(scheduler)
         with override_settings(WORKHORSE_SCHEDULES=declared):
             cold.append(evaluate(after + timedelta(seconds=runs + i), 0))
     figures["first evaluation of a new process (rows exist)"] = stats(cold)

@@ -27,7 +27,7 @@ from django_workhorse.exceptions import EnqueueIdempotencyConflictError, Enqueue
 from django_workhorse.models import JobStatus, ScheduleState
 from django_workhorse.prepared import PreparedJob
 from django_workhorse.schedule_sources import DeclaredSchedule, check_arguments, declared_schedules
-from django_workhorse.schedules import TICK_KEY_SCOPE, due_ticks, horizon, next_tick, tick_key, tick_key_ttl
+from django_workhorse.schedules import TICK_KEY_SCOPE, Schedule, due_ticks, horizon, next_tick, tick_key, tick_key_ttl
 from django_workhorse.sql.schedules import Advance, ScheduleRow
 from django_workhorse.storable import check_datetime, check_json
 from django_workhorse.types import EnqueueResult, Idempotency
@@ -51,6 +51,9 @@ class _Known:
 
 _known: dict[tuple[str, str, int], _Known] = {}
 _known_lock = threading.Lock()
+# A horizon depends on the expression, the zone and max_catch_up only, and measuring a cron
+# schedule's period walks 30 of its ticks: schedules that share an expression measure it once.
+_horizons: dict[tuple[str | None, timedelta | None, str, int], timedelta] = {}
 
 
 def enqueue_due_schedules(now: datetime | None = None, *, using: str | None = None) -> list[EnqueueResult]:
@@ -97,10 +100,18 @@ def _knowledge(declared: DeclaredSchedule, max_catch_up: int) -> _Known:
                 problem = str(exc)
         if problem is not None:
             logger.error("Schedule left out name=%s origin=%s: %s", declared.name, declared.origin, problem)
-        known = _Known(horizon=horizon(declared.schedule, max_catch_up), problem=problem)
+        known = _Known(horizon=_horizon(declared.schedule, max_catch_up), problem=problem)
         with _known_lock:
             _known[key] = known
     return known
+
+
+def _horizon(schedule: Schedule, max_catch_up: int) -> timedelta:
+    key = (schedule.cron, schedule.every, schedule.timezone, max_catch_up)
+    found = _horizons.get(key)
+    if found is None:
+        found = _horizons[key] = horizon(schedule, max_catch_up)
+    return found
 
 
 def _sync(alias: str, runnable: dict[str, DeclaredSchedule], states: dict[str, ScheduleRow], now: datetime) -> None:
