@@ -27,7 +27,16 @@ from django_workhorse.exceptions import EnqueueIdempotencyConflictError, Enqueue
 from django_workhorse.models import JobStatus, ScheduleState
 from django_workhorse.prepared import PreparedJob
 from django_workhorse.schedule_sources import DeclaredSchedule, check_arguments, declared_schedules
-from django_workhorse.schedules import TICK_KEY_SCOPE, due_ticks, horizon, next_tick, tick_key, tick_key_ttl, ticks
+from django_workhorse.schedules import (
+    TICK_KEY_SCOPE,
+    Schedule,
+    due_ticks,
+    horizon,
+    next_tick,
+    tick_key,
+    tick_key_ttl,
+    ticks,
+)
 from django_workhorse.sql.schedules import Advance, ScheduleRow
 from django_workhorse.storable import check_datetime, check_json
 from django_workhorse.types import EnqueueResult, Idempotency
@@ -51,6 +60,9 @@ class _Known:
 
 _known: dict[tuple[str, str, int], _Known] = {}
 _known_lock = threading.Lock()
+# A horizon depends on the expression, the zone and max_catch_up only, and measuring a cron
+# schedule's period walks 30 of its ticks: schedules that share an expression measure it once.
+_horizons: dict[tuple[str | None, timedelta | None, str, int], timedelta] = {}
 
 
 def enqueue_due_schedules(now: datetime | None = None, *, using: str | None = None) -> list[EnqueueResult]:
@@ -67,11 +79,12 @@ def enqueue_due_schedules(now: datetime | None = None, *, using: str | None = No
     alias = using or router.db_for_write(ScheduleState)
     declared, _problems = declared_schedules()
     max_catch_up = app_settings.SCHEDULE_MAX_CATCH_UP
-    runnable = {d.name: d for d in declared if _knowledge(d, max_catch_up).problem is None}
+    knowledge = {d.name: (d, _knowledge(d, max_catch_up)) for d in declared}
+    runnable = {name: d for name, (d, k) in knowledge.items() if k.problem is None}
     states, clock = sql.schedules.read_states(alias)
     now = clock if now is None else now
     _sync(alias, runnable, states, now)
-    candidates = sorted(name for name, d in runnable.items() if _may_be_due(d, states.get(name), now, max_catch_up))
+    candidates = sorted(name for name in runnable if _may_be_due(*knowledge[name], states.get(name), now))
     if not candidates:
         return []
     with transaction.atomic(using=alias):
@@ -96,10 +109,18 @@ def _knowledge(declared: DeclaredSchedule, max_catch_up: int) -> _Known:
                 problem = str(exc)
         if problem is not None:
             logger.error("Schedule left out name=%s origin=%s: %s", declared.name, declared.origin, problem)
-        known = _Known(horizon=horizon(declared.schedule, max_catch_up), problem=problem)
+        known = _Known(horizon=_horizon(declared.schedule, max_catch_up), problem=problem)
         with _known_lock:
             _known[key] = known
     return known
+
+
+def _horizon(schedule: Schedule, max_catch_up: int) -> timedelta:
+    key = (schedule.cron, schedule.every, schedule.timezone, max_catch_up)
+    found = _horizons.get(key)
+    if found is None:
+        found = _horizons[key] = horizon(schedule, max_catch_up)
+    return found
 
 
 def _sync(alias: str, runnable: dict[str, DeclaredSchedule], states: dict[str, ScheduleRow], now: datetime) -> None:
@@ -128,11 +149,10 @@ def _definition_row(declared: DeclaredSchedule) -> tuple[str, str, dict[str, obj
     return (declared.name, declared.task, declared.definition, declared.digest)
 
 
-def _may_be_due(declared: DeclaredSchedule, row: ScheduleRow | None, now: datetime, max_catch_up: int) -> bool:
+def _may_be_due(declared: DeclaredSchedule, known: _Known, row: ScheduleRow | None, now: datetime) -> bool:
     """Whether a tick may lie in the schedule's window, from the next tick kept in memory."""
     if row is None or row.paused or row.evaluated_until >= now:
         return False
-    known = _knowledge(declared, max_catch_up)
     start = max(row.evaluated_until, now - known.horizon)
     window = known.window
     if window is None or window[0] > start:

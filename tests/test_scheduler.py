@@ -526,7 +526,7 @@ def test_a_worker_evaluates_the_schedules_unless_told_not_to():
 
 @pytest.mark.django_db(transaction=True)
 def test_an_evaluation_that_fails_does_not_stop_the_worker(monkeypatch, caplog):
-    from django_workhorse.worker import loop
+    from django_workhorse import scheduler
     from tests.worker_tasks import make_worker, running, wait_for
 
     calls: list[int] = []
@@ -535,10 +535,21 @@ def test_an_evaluation_that_fails_does_not_stop_the_worker(monkeypatch, caplog):
         calls.append(1)
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(loop, "enqueue_due_schedules", failing)
+    monkeypatch.setattr(scheduler, "enqueue_due_schedules", failing)
     with override_settings(WORKHORSE_SCHEDULE_INTERVAL=timedelta(milliseconds=1)):
         worker = make_worker()
         with running(worker):
             wait_for(lambda: len(calls) >= 3, 30, what="three evaluations")
     assert worker.stats.failed_threads == []
     assert "Evaluating the schedules failed" in caplog.text
+
+
+@pytest.mark.parametrize(
+    "module",
+    ["django_workhorse.scheduler", "django_workhorse.enqueue_api", "django_workhorse.eager", "django_workhorse.worker"],
+)
+def test_each_module_imports_first_in_a_fresh_process(module):
+    code = f"import django; django.setup(); import {module}"
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings", "DATABASE_URL": subprocess_database_url()}
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr

@@ -11,19 +11,19 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from django_workhorse.sql.connection import execute, run
 
 # read_states: every schedule's state, and the database's clock (every evaluator uses the same clock,
-# so hosts whose clocks disagree compute the same windows).
+# so hosts whose clocks disagree compute the same windows) once, in a row of its own whose name is
+# NULL (names are NOT NULL): a clock column would be decoded again on every row.
 READ_STATES = """
-SELECT name, digest, active, paused, evaluated_until, last_job_id, clock_timestamp()
+SELECT name, digest, active, paused, evaluated_until, last_job_id
 FROM workhorse_schedule
+UNION ALL
+SELECT NULL, NULL, NULL, NULL, clock_timestamp(), NULL
 """
-
-# clock: the database's clock, when there is no schedule row to read it with.
-CLOCK = "SELECT clock_timestamp()"
 
 # insert_states: schedules seen for the first time; their window starts now (no tick is due at a
 # first evaluation). A racing evaluator's row wins (ON CONFLICT on workhorse_schedule_name_uniq).
@@ -106,9 +106,8 @@ FOR NO KEY UPDATE OF schedule
 """
 
 
-@dataclass(frozen=True)
-class ScheduleRow:
-    """One schedule's state as an evaluation reads it."""
+class ScheduleRow(NamedTuple):
+    """One schedule's state as an evaluation reads it (a tuple: every evaluation makes one per schedule)."""
 
     name: str
     digest: str
@@ -143,9 +142,15 @@ class Advance:
 
 def read_states(alias: str) -> tuple[dict[str, ScheduleRow], datetime]:
     """Run READ_STATES; return the rows by name and the database's clock."""
-    rows = execute(alias, READ_STATES, {})
-    clock = rows[0][6] if rows else execute(alias, CLOCK, {})[0][0]
-    return {row[0]: ScheduleRow(*row[:6]) for row in rows}, clock
+    states: dict[str, ScheduleRow] = {}
+    clock: datetime | None = None
+    for row in execute(alias, READ_STATES, {}):
+        if row[0] is None:
+            clock = row[4]
+        else:
+            states[row[0]] = ScheduleRow(*row)
+    assert clock is not None
+    return states, clock
 
 
 def _definitions(rows: Sequence[tuple[str, str, dict[str, Any], str]]) -> str:

@@ -22,7 +22,6 @@ from django_workhorse import sql
 from django_workhorse.conf import DEFAULT_DRAIN_TIMEOUT, DEFAULT_LEASE, app_settings
 from django_workhorse.exceptions import WorkerThreadError
 from django_workhorse.maintenance import run_maintenance
-from django_workhorse.scheduler import enqueue_due_schedules
 from django_workhorse.types import EnqueueOutcome
 from django_workhorse.worker.context import HandlerContext
 from django_workhorse.worker.execution import Outcome, execute, failure
@@ -326,12 +325,15 @@ class Worker:
 
     def _schedule_forever(self) -> None:
         # Every worker evaluates; the tick keys make one job per tick. An evaluation that fails is
-        # logged and the next one (an interval later) covers its window.
+        # logged and the next one (an interval later) covers its window. Imported here: the
+        # scheduler enqueues, and enqueue (eager mode) imports the worker.
+        from django_workhorse import scheduler
+
         while not self._stopping.is_set():
             started = time.monotonic()
             try:
                 close_old_connections()
-                enqueued = enqueue_due_schedules(using=self.using)
+                enqueued = scheduler.enqueue_due_schedules(using=self.using)
             except Exception:
                 logger.exception("Evaluating the schedules failed; trying again after the interval")
                 self._close_connection()
