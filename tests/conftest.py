@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections.abc import Callable, Iterator
@@ -9,7 +10,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from django.db import connection, connections
+from django.db import connection, connections, transaction
 from hypothesis import HealthCheck, settings
 from psycopg import sql
 
@@ -99,3 +100,27 @@ def race(count: int, work: Callable[[int], Any], *, timeout: float = 60) -> list
         thread.join(timeout)
         assert not thread.is_alive(), "a racing thread did not finish in time"
     return results
+
+
+class _RollbackError(Exception):
+    pass
+
+
+@contextlib.contextmanager
+def example_savepoint() -> Iterator[None]:
+    """Run one (property test) example in a savepoint and roll it back, whatever it wrote."""
+    with contextlib.suppress(_RollbackError), transaction.atomic():
+        yield
+        raise _RollbackError
+
+
+@pytest.fixture
+def task_schedules() -> Iterator[None]:
+    """Schedules declared with ``@task(schedule=...)`` inside a test are forgotten after it."""
+    from django_workhorse import schedule_sources
+
+    saved = dict(schedule_sources._from_tasks)
+    yield
+    schedule_sources._from_tasks.clear()
+    schedule_sources._from_tasks.update(saved)
+    schedule_sources._generation += 1

@@ -13,13 +13,11 @@ other's rows. Profiles (``ci`` by default, ``long`` by hand) are set in ``tests/
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
-from django.db import transaction
 from hypothesis import event, given
 from hypothesis import strategies as st
 
@@ -34,22 +32,10 @@ from django_workhorse.exceptions import (
     JobDoesNotExist,
 )
 from django_workhorse.models import Job
-from tests.conftest import count_rows
+from tests.conftest import count_rows, example_savepoint
 from tests.values import as_stored, nested, read_back
 
 pytestmark = pytest.mark.django_db
-
-
-class _RollbackError(Exception):
-    pass
-
-
-@contextlib.contextmanager
-def example_savepoint() -> Iterator[None]:
-    """Run one example in a savepoint and roll it back, whatever the example wrote."""
-    with contextlib.suppress(_RollbackError), transaction.atomic():
-        yield
-        raise _RollbackError
 
 
 def assert_refused_cleanly(error: type[Exception], call: Callable[[], Any]) -> Any:

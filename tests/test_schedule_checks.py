@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -28,15 +27,6 @@ def errors(schedules: Any) -> list[tuple[str, str]]:
 
 def ids(schedules: Any) -> list[str]:
     return [check_id for check_id, _ in errors(schedules)]
-
-
-@pytest.fixture
-def task_schedules() -> Iterator[None]:
-    saved = dict(sources._from_tasks)
-    yield
-    sources._from_tasks.clear()
-    sources._from_tasks.update(saved)
-    sources._generation += 1
 
 
 def test_valid_schedules_pass():

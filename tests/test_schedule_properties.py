@@ -7,13 +7,10 @@ next-tick memory left as the previous examples left it (as in a long-running wor
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
-from django.db import transaction
 from django.test import override_settings
 from hypothesis import given
 from hypothesis import strategies as st
@@ -21,6 +18,7 @@ from hypothesis import strategies as st
 from django_workhorse import Schedule, enqueue_due_schedules, register
 from django_workhorse.models import Job
 from django_workhorse.schedules import SKIP_GRACE, ticks
+from tests.conftest import example_savepoint
 
 pytestmark = pytest.mark.django_db
 
@@ -32,17 +30,6 @@ SPAN = timedelta(days=3)
 @register(TASK)
 def tick(payload: Any) -> Any:
     return payload
-
-
-class _RollbackError(Exception):
-    pass
-
-
-@contextlib.contextmanager
-def example_savepoint() -> Iterator[None]:
-    with contextlib.suppress(_RollbackError), transaction.atomic():
-        yield
-        raise _RollbackError
 
 
 definitions = st.one_of(

@@ -8,7 +8,6 @@ import os
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -52,16 +51,6 @@ def ticks_of(name: str | None = None) -> list[datetime]:
 
 def minutes(n: float) -> timedelta:
     return timedelta(minutes=n)
-
-
-@pytest.fixture
-def task_schedules() -> Iterator[None]:
-    """Schedules declared with @task inside a test are forgotten after it."""
-    saved = dict(sources._from_tasks)
-    yield
-    sources._from_tasks.clear()
-    sources._from_tasks.update(saved)
-    sources._generation += 1
 
 
 # --- evaluation ----------------------------------------------------------------------------------
