@@ -31,7 +31,7 @@ from tests.test_admin import (
     post_action,
     result_ids,
 )
-from tests.test_admin_inputs import BEYOND_BIGINT, NUL, is_refused
+from tests.test_admin_inputs import BEYOND_BIGINT, NOT_UTF8, NUL, is_refused
 
 pytestmark = pytest.mark.django_db
 
@@ -109,7 +109,7 @@ def test_the_list_shows_next_ticks_last_job_and_state(client, django_user_model,
         minutely
     )
     gone = by_name["gone"]
-    assert "every 1:00:00" in gone and "— (not declared in this code)" in gone  # from its stored definition
+    assert "every 1:00:00" in gone and "— (inactive)" in gone  # from its stored definition
 
 
 def test_a_pruned_last_job_and_an_unreadable_definition_still_render(client, django_user_model, schedules):
@@ -139,6 +139,13 @@ def test_the_list_reads_last_job_statuses_in_its_own_query(client, django_user_m
     assert len(many) == len(few)
 
 
+def test_an_active_schedule_this_code_does_not_declare_has_no_next_ticks(client, django_user_model, schedules):
+    login(client, django_user_model, "viewer", VIEW)
+    ScheduleState.objects.filter(name="gone").update(active=True)  # another host's code still declares it
+
+    assert "— (not declared in this code)" in rows(body(client.get(SCHEDULES)))["gone"]
+
+
 def test_filters_and_search(client, django_user_model, schedules):
     login(client, django_user_model, "viewer", VIEW)
 
@@ -151,6 +158,7 @@ def test_filters_and_search(client, django_user_model, schedules):
     assert listed("active__exact=1") == {schedules.daily.pk, schedules.minutely.pk}
     assert listed("q=dail") == {schedules.daily.pk}
     assert listed("q=tests.admin_schedules") == {schedules.daily.pk, schedules.minutely.pk, schedules.gone.pk}
+    assert listed(f"q={NOT_UTF8}") == set()  # replacement characters: no match
 
 
 @pytest.mark.parametrize(

@@ -64,11 +64,11 @@ def _utc(value: Any) -> str:
 
 
 def _tick_lines(state: ScheduleState) -> SafeString | str:
+    if not state.active or state.paused:
+        return f"— ({schedule_overview.state_label(state)})"
     declared = schedule_overview.declared_by_name().get(state.name)
     if declared is None:
         return "— (not declared in this code)"
-    if not state.active or state.paused:
-        return f"— ({'inactive' if not state.active else 'paused'})"
     zone = declared.schedule.timezone
     ticks = schedule_overview.next_ticks(state, declared, timezone.now())
     lines = ((f"{schedule_overview.local_time(tick, zone):{TIME_FORMAT} %Z}", _utc(tick)) for tick in ticks)

@@ -165,7 +165,7 @@ class Command(BaseCommand):
                 utc_time(s.next_ticks[0] if s.next_ticks else None),
                 utc_time(s.last_tick_at),
                 _job(s),
-                s.state if s.declared_here or not s.active else "not declared here",
+                s.state if s.declared_here or not s.active else f"{s.state}, not declared here",
             ]
             for s in schedules
         ]
