@@ -78,7 +78,9 @@ def run_schedule_now(name: str, *, request_id: str, requested_by: str = "", usin
     The job is what a tick enqueues (the schedule's task, arguments, queue and priority), with
     ``scheduled_for`` the instant of the request by the database's clock. A repeat with the same
     ``request_id`` (a form submitted twice, racing threads) makes no job and returns the first one's,
-    ``REPLAYED``. The run is recorded as a ``ScheduleEvent`` and becomes the schedule's last job, so
+    ``REPLAYED``: run-nows of one schedule take turns on its row's lock, and find the first one's
+    event (unique per request id) or its key (``run_now_key`` in ``RUN_NOW_KEY_SCOPE``, kept 365
+    days). The run is recorded as a ``ScheduleEvent`` and becomes the schedule's last job, so
     ``overlap="skip"`` waits for it. Paused schedules can be run now too (they stay paused).
     Raise ``ScheduleNotFoundError`` unless this process's code declares the schedule and it is
     active, ``InvalidArgumentError`` for a bad argument.

@@ -22,6 +22,7 @@ from django_workhorse import (
 )
 from django_workhorse.models import Job, JobStatus, ScheduleEvent, ScheduleState
 from django_workhorse.schedule_actions import RUN_NOW_KEY_SCOPE, run_now_key
+from django_workhorse.testing import eager
 from tests.conftest import race
 
 pytestmark = pytest.mark.django_db
@@ -197,6 +198,17 @@ def test_overlap_skip_waits_for_the_job_a_run_now_made():
     Job.objects.filter(pk=job_id).update(status=JobStatus.SUCCEEDED)
     [result] = enqueue_due_schedules(T0 + timedelta(minutes=2, seconds=1))
     assert state().last_job_id == result.job_id != job_id
+
+
+@override_settings(WORKHORSE_SCHEDULES=MINUTELY)
+def test_in_eager_mode_run_now_runs_the_job_once():
+    with eager():
+        first = run_schedule_now("minutely", request_id="r")
+        again = run_schedule_now("minutely", request_id="r")
+
+    assert again == type(first)(first.job_id, EnqueueOutcome.REPLAYED)
+    [job] = jobs()
+    assert job.status == JobStatus.SUCCEEDED and job.result == {"n": 1} and job.attempt == 1
 
 
 @override_settings(WORKHORSE_SCHEDULES=MINUTELY)
