@@ -24,6 +24,7 @@ from django_workhorse.exceptions import (
     RedriveConflictError,
     ResultNotStorableError,
     ScheduleDefinitionError,
+    ScheduleNotFoundError,
     WorkerThreadError,
     WorkhorseBackendNotConfiguredError,
     WorkhorseError,
@@ -56,6 +57,7 @@ if TYPE_CHECKING:
     )
     from django_workhorse.maintenance import prune_expired_bindings, prune_expired_effects
     from django_workhorse.registry import register
+    from django_workhorse.schedule_actions import pause_schedules, resume_schedules, run_schedule_now
     from django_workhorse.scheduler import enqueue_due_schedules
     from django_workhorse.tasks import Task, task
     from django_workhorse.worker import HandlerContext
@@ -79,6 +81,9 @@ _LAZY = {
     "prune_expired_effects": "django_workhorse.maintenance",
     "register": "django_workhorse.registry",
     "enqueue_due_schedules": "django_workhorse.scheduler",
+    "pause_schedules": "django_workhorse.schedule_actions",
+    "resume_schedules": "django_workhorse.schedule_actions",
+    "run_schedule_now": "django_workhorse.schedule_actions",
     "cancel": "django_workhorse.actions",
     "redrive": "django_workhorse.actions",
     "task": "django_workhorse.tasks",
@@ -129,6 +134,7 @@ __all__ = [
     "RetryPolicy",
     "Schedule",
     "ScheduleDefinitionError",
+    "ScheduleNotFoundError",
     "Task",
     "Throttle",
     "Unique",
@@ -146,10 +152,13 @@ __all__ = [
     "enqueue_with_result",
     "once",
     "once_block",
+    "pause_schedules",
     "prune_expired_bindings",
     "prune_expired_effects",
     "purge",
     "redrive",
     "register",
+    "resume_schedules",
+    "run_schedule_now",
     "task",
 ]

@@ -205,3 +205,15 @@ class WorkhorseBackendNotConfiguredError(WorkhorseError):
 
 class ScheduleDefinitionError(InvalidArgumentError):
     """A schedule's definition is out of its bounds (``field`` names the value, ``bound`` what it must be)."""
+
+
+class ScheduleNotFoundError(WorkhorseError, LookupError):
+    """No schedule of that name can run here: not declared in this process's code, or inactive.
+
+    ``reason`` says which.
+    """
+
+    def __init__(self, name: str, reason: str) -> None:
+        self.name = name
+        self.reason = reason
+        super().__init__(f"schedule {name!r} {reason}")

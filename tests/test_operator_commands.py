@@ -5,17 +5,30 @@ from __future__ import annotations
 import getpass
 import json
 import uuid
-from datetime import timedelta
+from datetime import datetime, timedelta
+from datetime import timezone as dt_timezone
 from io import StringIO
 from typing import Any
 
 import pytest
 from django.core.management import CommandError, call_command
+from django.test import override_settings
 from django.utils import timezone
 
-from django_workhorse import EnqueueOutcome, Idempotency, actions, enqueue, enqueue_with_result, sql
-from django_workhorse.management.commands.workhorse_status import human_age
-from django_workhorse.models import IdempotencyBinding, Job, JobEvent, JobStatus, Redrive, WorkerRecord
+from django_workhorse import (
+    EnqueueOutcome,
+    Idempotency,
+    actions,
+    enqueue,
+    enqueue_due_schedules,
+    enqueue_with_result,
+    pause_schedules,
+    register,
+    sql,
+)
+from django_workhorse.management.commands.workhorse_status import format_table, human_age
+from django_workhorse.models import IdempotencyBinding, Job, JobEvent, JobStatus, Redrive, ScheduleState, WorkerRecord
+from django_workhorse.schedules import Schedule, next_tick
 from tests.factories import JobFactory
 
 pytestmark = pytest.mark.django_db
@@ -93,6 +106,9 @@ def test_status_says_so_when_there_are_no_jobs_and_no_workers():
         "\n"
         "Workers\n"
         "No workers registered.\n"
+        "\n"
+        "Schedules (times in UTC)\n"
+        "No schedules evaluated yet.\n"
     )
     assert err == ""
 
@@ -159,7 +175,8 @@ def test_status_json_matches_the_database(busy_queues):
     out, _ = run("workhorse_status", "--json")
 
     report = json.loads(out)
-    assert set(report) == {"queues", "throughput", "workers"}
+    assert set(report) == {"queues", "throughput", "workers", "schedules"}
+    assert report["schedules"] == []
     queues = {row.pop("queue"): row for row in report["queues"]}
     assert list(queues) == ["billing", "mail"]
     ages = {name: row.pop("oldest_ready_age_seconds") for name, row in queues.items()}
@@ -212,6 +229,9 @@ def test_status_prints_tables_with_the_same_numbers(busy_queues):
         f"----  ------  ---  ------------  --------------  {'-' * width}\n"
         f"w1    host-a  101  mail,billing      10 min ago  {mail_running}\n"
         f"w2    host-b  202  billing            3 min ago  {billing_running}\n"
+        "\n"
+        "Schedules (times in UTC)\n"
+        "No schedules evaluated yet.\n"
     )
     assert err == ""
 
@@ -222,6 +242,80 @@ def test_status_reads_the_given_database():
     report = json.loads(run("workhorse_status", "--json", "--database", "default")[0])
 
     assert [row["queue"] for row in report["queues"]] == ["mail"]
+
+
+SCHEDULE_TASK = "tests.operator_commands.tick"
+T0 = datetime(2026, 6, 1, 12, 0, tzinfo=dt_timezone.utc)
+YEARLY = {"task": SCHEDULE_TASK, "cron": "0 9 1 1 *", "timezone": "Europe/Paris"}
+MINUTELY = {"task": SCHEDULE_TASK, "every": timedelta(minutes=1)}
+
+
+@register(SCHEDULE_TASK)
+def scheduled_handler(payload):
+    return payload
+
+
+@pytest.fixture
+def schedules() -> dict[str, int | None]:
+    """Three stored schedules: yearly (active), minutely (paused, one job), gone (inactive, one job);
+    return each one's last job."""
+    with override_settings(WORKHORSE_SCHEDULES={"yearly": YEARLY, "minutely": MINUTELY, "gone": MINUTELY}):
+        enqueue_due_schedules(T0)
+        enqueue_due_schedules(T0 + timedelta(seconds=61))
+    with override_settings(WORKHORSE_SCHEDULES={"yearly": YEARLY, "minutely": MINUTELY}):
+        enqueue_due_schedules(T0 + timedelta(seconds=62))
+        pause_schedules(["minutely"])
+    return dict(ScheduleState.objects.values_list("name", "last_job_id"))
+
+
+@override_settings(WORKHORSE_SCHEDULES={"yearly": YEARLY, "minutely": MINUTELY})
+def test_status_shows_the_schedules(schedules):
+    expected_tick = next_tick(Schedule("0 9 1 1 *", timezone="Europe/Paris"), timezone.now())
+    assert expected_tick is not None and expected_tick.hour == 8  # 09:00 in Paris, in winter
+
+    out, err = run("workhorse_status")
+    report = json.loads(run("workhorse_status", "--json")[0])
+
+    table = format_table(
+        ["name", "expression", "zone", "next tick", "last tick", "last job", "state"],
+        [
+            ["gone", "every 0:01:00", "UTC", "-", "2026-06-01 12:01:00", f"{schedules['gone']} (queued)", "inactive"],
+            [
+                "minutely",
+                "every 0:01:00",
+                "UTC",
+                "-",
+                "2026-06-01 12:01:00",
+                f"{schedules['minutely']} (queued)",
+                "paused",
+            ],
+            ["yearly", "0 9 1 1 *", "Europe/Paris", f"{expected_tick:%Y-%m-%d %H:%M:%S}", "-", "-", "active"],
+        ],
+    )
+    assert out.endswith("\n\nSchedules (times in UTC)\n" + "\n".join(table) + "\n")
+    assert err == ""
+    by_name = {row["name"]: row for row in report["schedules"]}
+    assert list(by_name) == ["gone", "minutely", "yearly"]
+    assert by_name["yearly"]["next_ticks"][0] == expected_tick.isoformat()
+    assert len(by_name["yearly"]["next_ticks"]) == 5
+    assert by_name["minutely"] == {
+        "name": "minutely",
+        "task": SCHEDULE_TASK,
+        "expression": "every 0:01:00",
+        "timezone": "UTC",
+        "state": "paused",
+        "active": True,
+        "paused": True,
+        "declared_here": True,
+        "next_ticks": [],
+        "last_tick_at": "2026-06-01T12:01:00+00:00",
+        "last_job_id": schedules["minutely"],
+        "last_job_status": "queued",
+        "last_skip_at": None,
+        "last_skip_reason": "",
+    }
+    assert (by_name["gone"]["state"], by_name["gone"]["declared_here"]) == ("inactive", False)
+    assert by_name["gone"]["expression"] == "every 0:01:00"  # from its stored definition
 
 
 @pytest.mark.parametrize(

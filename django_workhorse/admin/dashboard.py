@@ -1,4 +1,4 @@
-"""The dashboard page: queue depths, throughput over the last hour, recent failures and workers."""
+"""The dashboard page: queue depths, throughput over the last hour, recent failures, workers and next ticks."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.utils import timezone
 
-from django_workhorse import stats
+from django_workhorse import schedule_overview, stats
 
 from .display import error_head, error_summary
 
@@ -18,7 +18,8 @@ DASHBOARD_REFRESH_SECONDS = 10
 
 
 def dashboard_view(model_admin: admin.ModelAdmin, request: HttpRequest) -> HttpResponse:  # type: ignore[type-arg]
-    """Queue depths, throughput over the last hour, recent failures and workers; refreshes itself.
+    """Queue depths, throughput over the last hour, recent failures, workers and the schedules' next
+    ticks; refreshes itself.
 
     Shown to whoever may view ``model_admin``'s model (the jobs).
     """
@@ -36,6 +37,7 @@ def dashboard_view(model_admin: admin.ModelAdmin, request: HttpRequest) -> HttpR
         "chart": throughput_chart(throughput),
         "failures": [(job, error_summary(error_head(job))) for job in stats.recent_failures()],
         "workers": stats.workers(),
+        "upcoming": schedule_overview.upcoming_ticks(now=now),
         "refresh_seconds": DASHBOARD_REFRESH_SECONDS,
     }
     return TemplateResponse(request, "admin/workhorse/dashboard.html", context)

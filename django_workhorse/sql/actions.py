@@ -1,12 +1,14 @@
-"""Operator actions on jobs and keys: redrive, cancel, run now, release."""
+"""Operator actions on jobs, keys and schedules: redrive, cancel, run now, release, pause and resume."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 
 from django_workhorse.fingerprint import DIGEST_HEX_CHARS
 from django_workhorse.models import JOB_ID_SEQUENCE
 from django_workhorse.sql.connection import execute
+from django_workhorse.sql.schedules import CLOCK
 
 # redrive: copy a dead job into a new queued job (clearing its deadline, not copying checkpoints)
 # and record the lineage, once per (source job, request id): ON CONFLICT DO NOTHING on
@@ -161,3 +163,59 @@ def release_bindings(alias: str, binding_ids: Sequence[int], requested_by: str) 
     """Run RELEASE_BINDINGS; return the ids of the jobs whose keys were released."""
     params = {"binding_ids": list(binding_ids), "requested_by": requested_by}
     return [row[0] for row in execute(alias, RELEASE_BINDINGS, params)]
+
+
+# set_paused: pause (or resume) the named schedules not already so, locking their rows in name order
+# (the evaluators' order, so no deadlock) and re-checking under the lock, so of two racing requests
+# one changes the row; record who asked. A resume moves the window start to now (never back): the
+# ticks of the paused time are not caught up. Rows are found by workhorse_schedule_name_uniq.
+SET_PAUSED = """
+WITH target AS MATERIALIZED (
+    SELECT id FROM workhorse_schedule
+    WHERE name = ANY(%(names)s::text[]) AND paused <> %(paused)s
+    ORDER BY name
+    FOR NO KEY UPDATE
+),
+clock AS (SELECT coalesce(%(now)s::timestamptz, clock_timestamp()) AS now),
+changed AS (
+    UPDATE workhorse_schedule AS schedule
+    SET paused = %(paused)s, updated_at = clock.now,
+        evaluated_until = CASE WHEN %(paused)s THEN schedule.evaluated_until
+                               ELSE greatest(schedule.evaluated_until, clock.now) END
+    FROM target, clock
+    WHERE schedule.id = target.id
+    RETURNING schedule.id, schedule.name, clock.now
+),
+events AS (
+    INSERT INTO workhorse_schedule_event (schedule_id, kind, at, requested_by, request_id, job_id)
+    SELECT id, %(kind)s, now, %(requested_by)s, '', NULL FROM changed
+)
+SELECT name FROM changed ORDER BY name
+"""
+
+# lock_schedule: lock one schedule's row (by workhorse_schedule_name_uniq) for a run-now, so the
+# run-nows of one schedule take turns; with the database's clock, the instant of the request.
+LOCK_SCHEDULE = """
+SELECT id, active, clock_timestamp() FROM workhorse_schedule WHERE name = %(name)s FOR NO KEY UPDATE
+"""
+
+
+def set_paused(alias: str, names: Sequence[str], *, paused: bool, requested_by: str, now: datetime | None) -> list[str]:
+    """Run SET_PAUSED; return the names of the schedules changed, in name order."""
+    params = {
+        "names": list(names), "paused": paused, "kind": "paused" if paused else "resumed",
+        "requested_by": requested_by, "now": now,
+    }  # fmt: skip
+    return [row[0] for row in execute(alias, SET_PAUSED, params)]
+
+
+def lock_schedule(alias: str, name: str) -> tuple[int, bool, datetime] | None:
+    """Run LOCK_SCHEDULE (in the caller's transaction); return (id, active, clock), or None without a row."""
+    rows = execute(alias, LOCK_SCHEDULE, {"name": name})
+    return (rows[0][0], rows[0][1], rows[0][2]) if rows else None
+
+
+def clock(alias: str) -> datetime:
+    """Return the database's clock (``sql.schedules.CLOCK``)."""
+    value: datetime = execute(alias, CLOCK, {})[0][0]
+    return value

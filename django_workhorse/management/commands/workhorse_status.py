@@ -1,10 +1,11 @@
-"""``manage.py workhorse_status``: queue depths, throughput and workers, as a table or JSON."""
+"""``manage.py workhorse_status``: queue depths, throughput, workers and schedules, as tables or JSON."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
 from datetime import datetime, timedelta
+from datetime import timezone as dt_timezone
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
@@ -12,6 +13,7 @@ from django.db import router
 from django.utils import timezone
 
 from django_workhorse.models import Job
+from django_workhorse.schedule_overview import ScheduleOverview, overview
 from django_workhorse.stats import QueueDepth, Throughput, WorkerStatus, queue_depths, throughput, workers
 
 
@@ -41,6 +43,11 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]], *, ri
     return [line(headers), line(["-" * width for width in widths]), *(line(row) for row in cells)]
 
 
+def utc_time(value: datetime | None) -> str:
+    """Return ``value`` as "2026-06-01 12:00:00" in UTC ("-" for none)."""
+    return "-" if value is None else f"{value.astimezone(dt_timezone.utc):%Y-%m-%d %H:%M:%S}"
+
+
 def worker_json(worker: WorkerStatus, now: datetime) -> dict[str, object]:
     """Return a JSON-ready dict of ``worker`` (times in ISO 8601, the heartbeat age in seconds)."""
     return {
@@ -57,7 +64,9 @@ def worker_json(worker: WorkerStatus, now: datetime) -> dict[str, object]:
 
 
 class Command(BaseCommand):
-    help = "Show queue depths, the oldest ready job's age, throughput over the last hour and the workers."
+    help = (
+        "Show queue depths, the oldest ready job's age, throughput over the last hour, the workers and the schedules."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
@@ -70,17 +79,25 @@ class Command(BaseCommand):
         depths = queue_depths(using=database, now=now)
         finished = throughput(using=database, now=now)
         registered = workers(using=database)
+        schedules = overview(using=database, now=now)
         if as_json:
-            self._write_json(depths, finished, registered, now)
+            self._write_json(depths, finished, registered, schedules, now)
             return
         self._write_queues(depths, database)
         self.stdout.write("")
         self._write_throughput(finished)
         self.stdout.write("")
         self._write_workers(registered, now)
+        self.stdout.write("")
+        self._write_schedules(schedules)
 
     def _write_json(
-        self, depths: list[QueueDepth], finished: Throughput, registered: list[WorkerStatus], now: datetime
+        self,
+        depths: list[QueueDepth],
+        finished: Throughput,
+        registered: list[WorkerStatus],
+        schedules: list[ScheduleOverview],
+        now: datetime,
     ) -> None:
         report = {
             "queues": [depth.as_json() for depth in depths],
@@ -90,6 +107,7 @@ class Command(BaseCommand):
                 "failed": sum(finished.failed),
             },
             "workers": [worker_json(worker, now) for worker in registered],
+            "schedules": [schedule.as_json() for schedule in schedules],
         }
         self.stdout.write(json.dumps(report, indent=2))
 
@@ -133,3 +151,30 @@ class Command(BaseCommand):
         headers = ["name", "host", "pid", "queues", "last heartbeat", "running jobs"]
         for line in format_table(headers, rows, right=[2, 4]):
             self.stdout.write(line)
+
+    def _write_schedules(self, schedules: list[ScheduleOverview]) -> None:
+        self.stdout.write("Schedules (times in UTC)")
+        if not schedules:
+            self.stdout.write("No schedules evaluated yet.")
+            return
+        rows = [
+            [
+                s.name,
+                s.expression or "-",
+                s.timezone or "-",
+                utc_time(s.next_ticks[0] if s.next_ticks else None),
+                utc_time(s.last_tick_at),
+                _job(s),
+                s.state if s.declared_here or not s.active else f"{s.state}, not declared here",
+            ]
+            for s in schedules
+        ]
+        headers = ["name", "expression", "zone", "next tick", "last tick", "last job", "state"]
+        for line in format_table(headers, rows):
+            self.stdout.write(line)
+
+
+def _job(schedule: ScheduleOverview) -> str:
+    if schedule.last_job_id is None:
+        return "-"
+    return f"{schedule.last_job_id} ({schedule.last_job_status or 'pruned'})"
