@@ -8,7 +8,6 @@ from datetime import datetime
 from django_workhorse.fingerprint import DIGEST_HEX_CHARS
 from django_workhorse.models import JOB_ID_SEQUENCE
 from django_workhorse.sql.connection import execute
-from django_workhorse.sql.schedules import CLOCK
 
 # redrive: copy a dead job into a new queued job (clearing its deadline, not copying checkpoints)
 # and record the lineage, once per (source job, request id): ON CONFLICT DO NOTHING on
@@ -215,7 +214,11 @@ def lock_schedule(alias: str, name: str) -> tuple[int, bool, datetime] | None:
     return (rows[0][0], rows[0][1], rows[0][2]) if rows else None
 
 
+# clock: the database's clock, which schedule actions (like evaluations) use as now.
+CLOCK = "SELECT clock_timestamp()"
+
+
 def clock(alias: str) -> datetime:
-    """Return the database's clock (``sql.schedules.CLOCK``)."""
+    """Run CLOCK."""
     value: datetime = execute(alias, CLOCK, {})[0][0]
     return value
