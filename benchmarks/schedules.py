@@ -247,7 +247,15 @@ def main() -> None:
     report = profile(args.profile, 200) if args.profile else None
     if report:
         print("\n" + report)
-    dump(args.json, {"environment": env, "args": vars(args), "select_1_ms": round_trip, "figures": by_size})
+    dump(
+        args.json,
+        {
+            "environment": env,
+            "args": {k: v for k, v in vars(args).items() if k not in ("json", "database_url")},
+            "select_1_ms": round_trip,
+            "figures": by_size,
+        },
+    )
 
 
 if __name__ == "__main__":
