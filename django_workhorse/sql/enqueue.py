@@ -47,8 +47,8 @@ _MANY_REQUESTS_CTE = "requests AS (SELECT {}, {} FROM jsonb_array_elements(%(row
 )
 
 
-def _jobs_ctes(only: str = "") -> str:
-    """Insert the jobs of ``requests`` (filtered by ``only``), their "enqueued" events, and one NOTIFY
+def _jobs_ctes(only: str = "", source: str = "requests") -> str:
+    """Insert the jobs of ``source`` (filtered by ``only``), their "enqueued" events, and one NOTIFY
     per queue for work that is ready now (PostgreSQL delivers it at commit, drops it on rollback)."""
     return f"""
 jobs AS (
@@ -59,7 +59,7 @@ jobs AS (
     SELECT job_id, job_type, queue, payload, 'queued', priority,
            coalesce(run_at, now + coalesce(delay, interval '0')), 0, max_attempts,
            retry_policy, deadline, timeout, concurrency_key, concurrency_limit, tags, now, '', scheduled_for
-    FROM requests
+    FROM {source}
     {only}
     RETURNING id, queue, run_at, created_at
 ),
@@ -73,11 +73,15 @@ notified AS (
 )"""
 
 
-# The accepted requests; referencing `notified` makes PostgreSQL run it.
-_ACCEPTED = """
-SELECT requests.ordinal, requests.job_id, true, NULL::text, NULL::bytea, NULL::jsonb, NULL::boolean, NULL::text
-FROM requests JOIN jobs ON jobs.id = requests.job_id
+def _accepted(source: str = "requests") -> str:
+    """The accepted requests of ``source``; referencing `notified` makes PostgreSQL run it."""
+    return f"""
+SELECT {source}.ordinal, {source}.job_id, true, NULL::text, NULL::bytea, NULL::jsonb, NULL::boolean, NULL::text
+FROM {source} JOIN jobs ON jobs.id = {source}.job_id
 CROSS JOIN (SELECT count(*) FROM notified) AS notifications"""
+
+
+_ACCEPTED = _accepted()
 
 
 # enqueue_unkeyed: requests without a key only ever insert; skipping the binding CTEs makes the
@@ -91,17 +95,22 @@ ENQUEUE_MANY_UNKEYED = f"WITH {_MANY_REQUESTS_CTE},{_jobs_ctes()}{_ACCEPTED}"
 # alone (ON CONFLICT DO NOTHING on workhorse_binding_scope_key_hash_uniq, which waits for an
 # in-flight owner to commit or roll back). Returns one row per accepted request and one per
 # request whose existing binding this statement's snapshot can see.
-_BIND = """
+def _bind(source: str = "requests") -> str:
+    """Bind the keys of ``source``'s keyed rows to their drawn job ids, leaving keys bound already."""
+    return f"""
 bound AS (
     INSERT INTO workhorse_binding (
         scope, key_hash, key_preview, mode, request_digest, field_digests, job_id, created_at, expires_at)
     SELECT scope, key_hash, key_preview, mode, request_digest, field_digests, job_id, now, now + lifetime
-    FROM requests
+    FROM {source}
     WHERE key_hash IS NOT NULL
     ORDER BY scope, key_hash
     ON CONFLICT (scope, key_hash) DO NOTHING
     RETURNING job_id
 ),"""
+
+
+_BIND = _bind()
 _EXISTING = """
 UNION ALL
 SELECT requests.ordinal, {columns}
@@ -115,7 +124,37 @@ WHERE requests.job_id NOT IN (SELECT job_id FROM bound)
     )
 )
 _ONLY_UNKEYED_OR_BOUND = "WHERE key_hash IS NULL OR job_id IN (SELECT job_id FROM bound)"
-ENQUEUE_ONE = f"WITH {_ONE_REQUEST_CTE},{_BIND}{_jobs_ctes(_ONLY_UNKEYED_OR_BOUND)}{_ACCEPTED}{_EXISTING}"
+
+# enqueue_one: one keyed request, looking first. A binding the statement's snapshot sees (`seen`)
+# answers at once: nothing is drawn, inserted or locked, so a replay costs one probe of
+# workhorse_binding_scope_key_hash_uniq and writes nothing. Only a key not seen draws a job id
+# (`drawn` has a row only then) and tries to bind it as ENQUEUE does; a binding committed after
+# the snapshot (ON CONFLICT saw it, `seen` did not) comes back as no row, for find_bindings.
+_SEEN = """
+seen AS (
+    SELECT requests.ordinal, {columns}
+    FROM requests
+    JOIN workhorse_binding AS binding USING (scope, key_hash)
+    JOIN workhorse_job AS job ON job.id = binding.job_id
+),
+drawn AS (
+    SELECT requests.*, nextval('{sequence}') AS job_id FROM requests WHERE NOT EXISTS (SELECT FROM seen)
+),""".format(
+    columns=_BINDING_COLUMNS.format(
+        free=_FREE.format(now="requests.now") + " AS free", state=_JOB_STATE.format(now="requests.now") + " AS state"
+    ),
+    sequence=JOB_ID_SEQUENCE,
+)
+_ONE_KEYED_REQUEST_CTE = "requests AS (SELECT {}, statement_timestamp() AS now)".format(
+    ", ".join(f"%({name})s::{kind} AS {name}" for name, kind in _REQUEST_COLUMNS)
+)
+_SEEN_ROWS = """
+UNION ALL
+SELECT ordinal, job_id, false, mode, request_digest, field_digests, free, state FROM seen"""
+ENQUEUE_ONE = (
+    f"WITH {_ONE_KEYED_REQUEST_CTE},{_SEEN}{_bind('drawn')}"
+    f"{_jobs_ctes('WHERE job_id IN (SELECT job_id FROM bound)', source='drawn')}{_accepted('drawn')}{_SEEN_ROWS}"
+)
 ENQUEUE_MANY = f"WITH {_MANY_REQUESTS_CTE},{_BIND}{_jobs_ctes(_ONLY_UNKEYED_OR_BOUND)}{_ACCEPTED}{_EXISTING}"
 
 
