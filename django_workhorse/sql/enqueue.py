@@ -311,7 +311,7 @@ def _request_values(ordinal: int, job: PreparedJob) -> tuple[Any, ...]:
         json.dumps(job.tags), job.max_attempts, job.retry_policy_json, job.deadline, job.timeout,
         job.concurrency_key, job.concurrency_limit, binding and binding.scope, binding and binding.key_hash,
         binding and binding.key_preview, binding and binding.mode.value, binding and binding.request_digest,
-        binding and json.dumps(binding.field_digests, sort_keys=True), binding and binding.lifetime,
+        binding and _json_digests(binding.field_digests), binding and binding.lifetime,
         job.scheduled_for,
     )  # fmt: skip
 
