@@ -143,7 +143,7 @@ def _check_options_once(options: EnqueueOptions, checked: dict[Any, CheckedOptio
         tags = tuple(options.tags)
         key = ("by value", values, tuple(map(type, values)), type(options.tags), tags, tuple(map(type, tags)),
                id(options.retry_policy))  # fmt: skip
-        done = checked.get(key)  # type: ignore[call-overload]
+        done = checked.get(key)
     except TypeError:
         return check_options(options)
     if done is None:

@@ -170,9 +170,11 @@ def _bind(
         raise EnqueueValidationError(
             field="debounce.schedule", bound=" or ".join(map(repr, DEBOUNCE_SCHEDULES)), value=mode.schedule
         )
-    schedule = mode.schedule if isinstance(mode, Debounce) else None
+    debounce_schedule: str | None = mode.schedule if isinstance(mode, Debounce) else None
     constant = _constant_fields(
-        _fingerprint_values(job_type, options, tags, lifetime_name, lifetime, concurrency_limit), policy_json, schedule
+        _fingerprint_values(job_type, options, tags, lifetime_name, lifetime, concurrency_limit),
+        policy_json,
+        debounce_schedule,
     )
     payload_digest = field_digest(payload_json)
     digests = {**constant.digests, "payload": payload_digest}

@@ -103,7 +103,9 @@ def test_retry_policies_equal_in_value_keep_their_own_stored_form():
     stored = dict(Job.objects.values_list("id", "retry_policy"))
     assert stored[first.job_id] == whole.to_json() and stored[second.job_id] == fractional.to_json()
     options = [row.options for row in rows]
-    assert [prepare("t", {}, o).retry_policy_json for o in options] == [canonical_json(p.to_json()) for p in (whole, fractional)]
+    assert [prepare("t", {}, o).retry_policy_json for o in options] == [
+        canonical_json(p.to_json()) for p in (whole, fractional)
+    ]
 
 
 def test_the_cached_request_digest_is_the_digest_of_the_field_digests():
@@ -128,7 +130,9 @@ def test_canonical_json_recovers_after_a_failure_and_in_threads():
 
     assert canonical_json(shared) == '{"a":{"c":null},"b":[1,2]}'
     seen: list[str] = []
-    threads = [threading.Thread(target=lambda: seen.extend(canonical_json(shared) for _ in range(200))) for _ in range(4)]
+    threads = [
+        threading.Thread(target=lambda: seen.extend(canonical_json(shared) for _ in range(200))) for _ in range(4)
+    ]
     for thread in threads:
         thread.start()
     for thread in threads:
