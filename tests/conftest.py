@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -39,6 +40,21 @@ def connect_directly(alias: str = "default", *, autocommit: bool = True) -> psyc
     params.pop("context", None)
     params.pop("prepare_threshold", None)
     return psycopg.connect(**params, autocommit=autocommit)
+
+
+@contextlib.contextmanager
+def maintenance_held_elsewhere(alias: str = "default") -> Iterator[None]:
+    """Hold the maintenance lease from another session (committed) for the block, then delete it."""
+    from django_workhorse.maintenance import MAINTENANCE_LEASE, MAINTENANCE_LEASE_NAME
+    from django_workhorse.sql.leases import TAKE_LEASE
+
+    with connect_directly(alias) as other:
+        params = {"name": MAINTENANCE_LEASE_NAME, "holder": uuid.uuid4(), "ttl": MAINTENANCE_LEASE}
+        assert other.execute(TAKE_LEASE, params).fetchall(), "the maintenance lease was held already"
+        try:
+            yield
+        finally:
+            other.execute("DELETE FROM workhorse_lease WHERE holder = %(holder)s", params)
 
 
 @pytest.fixture
