@@ -140,3 +140,34 @@ def task_schedules() -> Iterator[None]:
     schedule_sources._from_tasks.clear()
     schedule_sources._from_tasks.update(saved)
     schedule_sources._generation += 1
+
+
+@pytest.fixture(scope="session")
+def pgbouncer(django_db_setup: None) -> Iterator[Any]:
+    """A real PgBouncer (transaction pooling) in front of the test database, behind the "pooled"
+    and "pooled_single" aliases; skipped without the pgbouncer binary, failed under CI's
+    WORKHORSE_REQUIRE_PGBOUNCER=1."""
+    from tests import pgbouncer as pooler
+
+    executable = pooler.binary()
+    if executable is None:
+        message = "PgBouncer is not installed (Debian: apt-get install pgbouncer)"
+        if os.environ.get(pooler.REQUIRE_ENV) == "1":
+            pytest.fail(f"{message}, and {pooler.REQUIRE_ENV}=1 requires it")
+        pytest.skip(message)
+    direct = connections["default"].settings_dict
+    running = pooler.PgBouncer.start(executable, database=direct)
+    saved = {}
+    for alias, name in ((pooler.POOLED, direct["NAME"]), (pooler.POOLED_SINGLE, direct["NAME"] + pooler.SINGLE_SUFFIX)):
+        # Django's connections share these dicts, so every thread's next connection uses them.
+        entry = connections[alias].settings_dict
+        saved[alias] = {key: entry[key] for key in ("HOST", "PORT", "NAME")}
+        entry.update(HOST=running.host, PORT=str(running.port), NAME=name)
+        connections[alias].close()
+    try:
+        yield running
+    finally:
+        for alias, values in saved.items():
+            connections[alias].close()
+            connections[alias].settings_dict.update(values)
+        running.stop()
