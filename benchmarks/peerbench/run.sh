@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Run the peer benchmark harness with django-workhorse beside the other queues, in one run.
 #
-#   PEERBENCH_DIR=path/to/peerbench bash benchmarks/peerbench/run.sh
-#   PEERBENCH_DIR=... PEERS="workhorse pgqueuer pgbench" REPS=1 N=1000 bash benchmarks/peerbench/run.sh
-#   PEERBENCH_DIR=... PEER_WORKLOADS=W1,W2,W5 bash benchmarks/peerbench/run.sh   # enqueue workloads only
+#   bash benchmarks/peerbench/run.sh                      # every peer, N=5000, 3 reps
+#   PEERS="workhorse pgqueuer pgbench" REPS=1 N=1000 bash benchmarks/peerbench/run.sh
+#   PEER_WORKLOADS=W1,W2,W5 bash benchmarks/peerbench/run.sh   # enqueue workloads only
+#
+# The harness is benchmarks/peerbench/harness (PEERBENCH_DIR picks another copy).
 #
 # The harness is copied to a temporary folder; our adapter and its settings are added, and the
 # harness's venv table learns a "workhorse" entry (this checkout, installed editable). Every other
@@ -12,7 +14,7 @@ set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(cd "$HERE/../.." && pwd)"
-: "${PEERBENCH_DIR:?set PEERBENCH_DIR to the peerbench harness folder}"
+PEERBENCH_DIR="${PEERBENCH_DIR:-$HERE/harness}"
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
 cp -r "$PEERBENCH_DIR"/. "$WORK/"
