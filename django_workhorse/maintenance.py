@@ -53,7 +53,7 @@ def prune_finished_jobs(
     until the key is free; free bindings go with their job.
     """
     alias = using or router.db_for_write(Job)
-    before = datetime.now(timezone.utc) - (older_than or app_settings.JOB_RETENTION)
+    before = datetime.now(timezone.utc) - (app_settings.JOB_RETENTION if older_than is None else older_than)
     return _in_chunks(
         lambda: sql.housekeeping.prune_finished_jobs(alias, before=before, limit=chunk), chunk, "finished jobs"
     )
