@@ -89,7 +89,9 @@ def main() -> None:
             cursor.execute("CHECKPOINT")
         prefix = uuid.uuid4().hex
         job_type = "bench.flaky" if path == "retry" else "bench.noop"
-        options: dict[str, Any] = {"retry_policy": RetryPolicy.fixed(timedelta(milliseconds=1))} if path == "retry" else {}
+        options: dict[str, Any] = (
+            {"retry_policy": RetryPolicy.fixed(timedelta(milliseconds=1))} if path == "retry" else {}
+        )
 
         def enqueue_all() -> None:
             for i in range(n):
