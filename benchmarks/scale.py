@@ -31,7 +31,7 @@ import sys
 import threading
 import time
 import uuid
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from common import PAYLOAD, ROOT, dump, environment, rate, setup_django
@@ -89,6 +89,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--prune", type=int, default=0)
     parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--prune-ab", type=int, default=0, help="prune N jobs alone, the old statement vs this one")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
@@ -97,6 +98,8 @@ def main() -> None:
         worker_loop(args.seconds)
     elif args.prune:
         prune_while_working(args)
+    elif args.prune_ab:
+        prune_ab(args)
     else:
         sizes(args)
 
@@ -305,6 +308,9 @@ def prune_while_working(args: argparse.Namespace) -> None:
     sampler = threading.Thread(target=sample_lock_waits, args=(stop, waits), daemon=True)
     sampler.start()
     time.sleep(lead)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        prune_pid = cursor.fetchone()[0]
     began = time.time()
     pruned = prune_finished_jobs(older_than=timedelta(days=14))
     ended = time.time()
@@ -335,6 +341,8 @@ def prune_while_working(args: argparse.Namespace) -> None:
         "worker_jobs_per_second_during_prune": round(throughput(began, ended)),
         "worker_jobs_per_second_after": round(throughput(ended, ended + lead)),
         "lock_wait_samples": len(waits),
+        "lock_wait_samples_blocked_by_the_prune": sum(prune_pid in w["blocked_by"] for w in waits),
+        "lock_wait_samples_during_prune": sum(began <= w["at"] <= ended for w in waits),
         "lock_waits": waits[:20],
         "vacuum_seconds": round(vacuum_seconds, 1),
         "tables": bloat,
@@ -348,6 +356,81 @@ def prune_while_working(args: argparse.Namespace) -> None:
         for name, t in tables.items():
             print(f"  {name}: {json.dumps(t)}")
     dump(args.json, {"environment": env_info, "prune": figures})
+
+
+# The statement prune_finished_jobs ran before its chunks followed the index from a cursor: every
+# chunk took the first %(limit)s candidates it met, and the loop stopped at a chunk short of
+# %(limit)s deletions. Kept here to measure the two side by side.
+PRUNE_BEFORE_CURSOR = """
+WITH doomed AS MATERIALIZED (
+    SELECT id FROM workhorse_job
+    WHERE id IN (
+        SELECT id FROM workhorse_job AS job
+        WHERE status IN ('succeeded', 'dead', 'cancelled') AND finished_at < %(before)s
+          AND NOT EXISTS (
+              SELECT 1 FROM workhorse_binding AS binding
+              WHERE binding.job_id = job.id AND NOT ({free})
+          )
+        LIMIT %(limit)s
+    )
+    ORDER BY id
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM workhorse_job WHERE id IN (SELECT id FROM doomed)
+"""
+
+
+def prune_ab(args: argparse.Namespace) -> None:
+    """Prune N finished jobs with nothing else running, the old statement and this one alternately:
+    seconds, and the pages the database read or hit meanwhile (pg_stat_database)."""
+    from django.db import connection
+
+    from django_workhorse.maintenance import PRUNE_CHUNK, prune_finished_jobs
+    from django_workhorse.sql.keys import _FREE
+
+    old = PRUNE_BEFORE_CURSOR.format(free=_FREE.format(now="statement_timestamp()"))
+    before = datetime.now(timezone.utc) - timedelta(days=14)
+
+    def old_prune() -> int:
+        total = 0
+        with connection.cursor() as cursor:
+            while True:
+                cursor.execute(old, {"before": before, "limit": PRUNE_CHUNK})
+                total += cursor.rowcount
+                if cursor.rowcount < PRUNE_CHUNK:
+                    return total
+
+    variants = {
+        "before (no cursor)": old_prune,
+        "after (index cursor)": lambda: prune_finished_jobs(older_than=timedelta(days=14)),
+    }
+    results: dict[str, list[dict[str, float]]] = {name: [] for name in variants}
+    for _ in range(args.runs):
+        for name, prune in variants.items():
+            with connection.cursor() as cursor:
+                cursor.execute("TRUNCATE workhorse_job, workhorse_worker CASCADE")
+                build(cursor, args.prune_ab, timedelta(days=30))
+                cursor.execute("SELECT pg_stat_force_next_flush()")
+            time.sleep(1.2)
+            pages = _pages()
+            began = time.perf_counter()
+            pruned = prune()
+            seconds = time.perf_counter() - began
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_stat_force_next_flush()")
+            time.sleep(1.2)
+            results[name].append({"pruned": pruned, "seconds": round(seconds, 1), "pages": _pages() - pages})
+            print(name, results[name][-1], flush=True)
+    dump(args.json, {"environment": environment(), "n": args.prune_ab, "chunk": PRUNE_CHUNK, "runs": results})
+
+
+def _pages() -> int:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_clear_snapshot()")
+        cursor.execute("SELECT blks_hit + blks_read FROM pg_stat_database WHERE datname = current_database()")
+        return int(cursor.fetchone()[0])
 
 
 def _counts(stream: Any) -> list[tuple[int, int]]:
@@ -369,11 +452,13 @@ def sample_lock_waits(stop: threading.Event, waits: list[dict[str, Any]]) -> Non
     ) as conn:
         while not stop.is_set():
             for row in conn.execute(
-                "SELECT pid, wait_event_type, wait_event, pg_blocking_pids(pid), left(query, 80) FROM pg_stat_activity"
-                " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+                "SELECT a.pid, a.wait_event_type, a.wait_event, pg_blocking_pids(a.pid), left(a.query, 80),"
+                " (SELECT array_agg(coalesce(b.datname, '?') || ': ' || left(b.query, 60)) FROM pg_stat_activity AS b"
+                "  WHERE b.pid = ANY(pg_blocking_pids(a.pid)))"
+                " FROM pg_stat_activity AS a WHERE a.datname = current_database() AND a.wait_event_type = 'Lock'"
             ):
                 waits.append({"at": time.time(), "pid": row[0], "wait": f"{row[1]}/{row[2]}", "blocked_by": row[3],
-                              "query": row[4]})  # fmt: skip
+                              "query": row[4], "blockers": row[5]})  # fmt: skip
             time.sleep(0.02)
 
 
