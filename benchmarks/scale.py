@@ -90,6 +90,8 @@ def main() -> None:
     parser.add_argument("--prune", type=int, default=0)
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--prune-ab", type=int, default=0, help="prune N jobs alone, the old statement vs this one")
+    parser.add_argument("--kept", type=int, default=0, help="with --prune-ab: this many older jobs whose key is live")
+    parser.add_argument("--churn", type=int, default=0, help="on the database of --sizes' last size: jobs to process")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
@@ -100,6 +102,8 @@ def main() -> None:
         prune_while_working(args)
     elif args.prune_ab:
         prune_ab(args)
+    elif args.churn:
+        churn(args)
     else:
         sizes(args)
 
@@ -118,7 +122,14 @@ def claim_complete_rounds(n: int, alias: str) -> float:
             (job,) = sql.claims.claim(alias, queues=["default"], limit=1, lease=lease, worker="bench")
             sql.claims.record_outcomes(alias, [Outcome(job, "succeeded", events=(("succeeded", {}),))])
 
-    return rate(n, work)
+    return measured(alias, n, work)
+
+
+def measured(alias: str, n: int, work: Any) -> tuple[float, float]:
+    """Return (operations/s, pages read or hit per operation in this database) for ``work``."""
+    before = _pages(alias)
+    per_second = rate(n, work)
+    return per_second, (_pages(alias) - before) / n
 
 
 def size_alias(size: int) -> str:
@@ -180,20 +191,23 @@ def sizes(args: argparse.Namespace) -> None:
         info[f"{size:,}"] = {"build_seconds": round(seconds, 1), "job_bytes": job_bytes, "event_bytes": event_bytes}
         print(f"{size:,} finished jobs: built in {seconds:.0f} s (0 if kept from an earlier run)", flush=True)
 
-    def unkeyed(alias: str) -> float:
-        return rate(n, lambda: [enqueue("bench.noop", PAYLOAD, using=alias) for _ in range(n)])
+    def unkeyed(alias: str) -> tuple[float, float]:
+        return measured(alias, n, lambda: [enqueue("bench.noop", PAYLOAD, using=alias) for _ in range(n)])
 
-    def keyed(alias: str) -> float:
+    def keyed(alias: str) -> tuple[float, float]:
         p = uuid.uuid4().hex
-        return rate(
+        return measured(
+            alias,
             n,
             lambda: [enqueue("bench.noop", PAYLOAD, using=alias, idempotency=Idempotency(f"{p}{i}")) for i in range(n)],
         )
 
-    def replay(alias: str) -> float:
+    def replay(alias: str) -> tuple[float, float]:
         key = Idempotency(uuid.uuid4().hex)
         enqueue("bench.noop", PAYLOAD, using=alias, idempotency=key)
-        return rate(n, lambda: [enqueue("bench.noop", PAYLOAD, using=alias, idempotency=key) for _ in range(n)])
+        return measured(
+            alias, n, lambda: [enqueue("bench.noop", PAYLOAD, using=alias, idempotency=key) for _ in range(n)]
+        )
 
     workloads = {
         "claim 1 + complete 1": lambda alias: claim_complete_rounds(n, alias),
@@ -202,7 +216,7 @@ def sizes(args: argparse.Namespace) -> None:
         "enqueue, replay of one key": replay,
     }
     # Rounds interleave the sizes, so that the machine's noise falls on every size alike.
-    values: dict[str, dict[str, list[float]]] = {f"{s:,}": {w: [] for w in workloads} for s in size_list}
+    values: dict[str, dict[str, list[tuple[float, float]]]] = {f"{s:,}": {w: [] for w in workloads} for s in size_list}
     for r in range(args.runs):
         for size in size_list:
             for name, work in workloads.items():
@@ -212,8 +226,9 @@ def sizes(args: argparse.Namespace) -> None:
     for size in size_list:
         row = dict(info[f"{size:,}"])
         for name in workloads:
-            v = sorted(values[f"{size:,}"][name])
-            row[name] = {"median": statistics.median(v), "min": v[0], "max": v[-1], "runs": v}
+            v = sorted(r for r, _ in values[f"{size:,}"][name])
+            pages = statistics.median(p for _, p in values[f"{size:,}"][name])
+            row[name] = {"median": statistics.median(v), "min": v[0], "max": v[-1], "runs": v, "pages_per_op": pages}
         row["plans"] = plans(size_alias(size))
         figures[f"{size:,}"] = row
     empty = next(iter(figures.values()))
@@ -222,9 +237,74 @@ def sizes(args: argparse.Namespace) -> None:
     print(f"\n| finished jobs in the tables | {' | '.join(workloads)} |")
     print("|---|" + "---|" * len(workloads))
     for size_label, row in figures.items():
-        cells = [f"**{row[w]['median']:,.0f}** ({row[w]['median'] / empty[w]['median']:.2f})" for w in workloads]
+        cells = [
+            f"**{row[w]['median']:,.0f}** ({row[w]['median'] / empty[w]['median']:.2f}); {row[w]['pages_per_op']:.1f} pages"
+            for w in workloads
+        ]
         print(f"| {size_label} | {' | '.join(cells)} |")
     dump(args.json, {"environment": env, "n": n, "runs": args.runs, "sizes": figures})
+
+
+def churn(args: argparse.Namespace) -> None:
+    """What a claim reads as jobs are processed with no vacuum in between, then after VACUUM.
+
+    On the database of the last of --sizes (built by an earlier run): --churn jobs are enqueued 1,000
+    at a time and claimed and completed 50 at a time (autovacuum off on the jobs table meanwhile,
+    as it is in effect when the history is large: it waits for 20% of the table to be dead); every
+    tenth of the way, the pages one claim reads (EXPLAIN ANALYZE BUFFERS, rolled back) and the claim
+    1 + complete 1 rate over 200 rounds. Then VACUUM, as autovacuum would run it, and VACUUM
+    (INDEX_CLEANUP ON), each timed, each followed by the same measurements."""
+    from django.db import connections
+
+    from django_workhorse import EnqueueRequest, enqueue_many, sql
+    from django_workhorse.worker.execution import Outcome
+
+    size = int(args.sizes.split(",")[-1])
+    add_databases([size])
+    alias = size_alias(size)
+    lease = timedelta(minutes=5)
+    with connections[alias].cursor() as cursor:
+        cursor.execute("DELETE FROM workhorse_job WHERE finished_at >= now() - interval '1 day' OR finished_at IS NULL")
+        cursor.execute("VACUUM (INDEX_CLEANUP ON) workhorse_job, workhorse_job_event")
+        cursor.execute("ALTER TABLE workhorse_job SET (autovacuum_enabled = off)")
+
+    def claim_pages() -> int:
+        plan = plans(alias)["claim"].splitlines()
+        return int(next(line for line in plan if "Buffers:" in line).split("hit=")[1].split()[0])
+
+    def point(label: str, processed: int) -> dict[str, Any]:
+        per_second, pages = claim_complete_rounds(200, alias)
+        row = {"at": label, "processed": processed, "claim_pages": claim_pages(),
+               "claim_complete_per_second": round(per_second), "claim_complete_pages": round(pages, 1)}  # fmt: skip
+        print(json.dumps(row), flush=True)
+        return row
+
+    rows = [point("after VACUUM", 0)]
+    step = max(args.churn // 10, 1000)
+    processed = 0
+    try:
+        while processed < args.churn:
+            for _ in range(step // 1000):
+                enqueue_many([EnqueueRequest("bench.noop", PAYLOAD) for _ in range(1000)], using=alias)
+                while jobs := sql.claims.claim(alias, queues=["default"], limit=50, lease=lease, worker="bench"):
+                    sql.claims.record_outcomes(
+                        alias, [Outcome(j, "succeeded", events=(("succeeded", {}),)) for j in jobs]
+                    )
+            processed += step
+            rows.append(point("no vacuum", processed))
+        for label, statement in (
+            ("VACUUM", "VACUUM workhorse_job"),
+            ("VACUUM (INDEX_CLEANUP ON)", "VACUUM (INDEX_CLEANUP ON) workhorse_job"),
+        ):
+            with connections[alias].cursor() as cursor:
+                began = time.perf_counter()
+                cursor.execute(statement)
+                seconds = time.perf_counter() - began
+            rows.append({**point(f"after {label}", processed), "vacuum_seconds": round(seconds, 1)})
+    finally:
+        with connections[alias].cursor() as cursor:
+            cursor.execute("ALTER TABLE workhorse_job RESET (autovacuum_enabled)")
+    dump(args.json, {"environment": environment(), "size": size, "rows": rows})
 
 
 def plans(alias: str) -> dict[str, str]:
@@ -235,7 +315,7 @@ def plans(alias: str) -> dict[str, str]:
     from django_workhorse.sql.claims import CLAIM, RECORD_OUTCOMES
 
     out = {}
-    enqueue_many([EnqueueRequest("bench.noop", PAYLOAD)], using=alias)
+    enqueue_many([EnqueueRequest("bench.noop", PAYLOAD) for _ in range(2)], using=alias)
     try:
         with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
             params = {"queues": ["default"], "limit": 1, "lease": timedelta(minutes=5), "worker": "bench"}
@@ -380,6 +460,17 @@ DELETE FROM workhorse_job WHERE id IN (SELECT id FROM doomed)
 """
 
 
+# Every tenth of the jobs built so far has a binding: make the others keyed too, with live keys.
+KEEP_ALIVE = """
+INSERT INTO workhorse_binding (scope, key_hash, key_preview, mode, request_digest, field_digests, job_id,
+                               created_at, expires_at)
+SELECT 'bench', sha256(('k' || id)::bytea), 'k' || id, 'idempotency', sha256(id::text::bytea), '{}', id,
+       created_at, now() + interval '30 days'
+FROM workhorse_job WHERE id % 10 <> 0
+"""
+KEEP_ALL_ALIVE = "UPDATE workhorse_binding SET expires_at = now() + interval '30 days'"
+
+
 def prune_ab(args: argparse.Namespace) -> None:
     """Prune N finished jobs with nothing else running, the old statement and this one alternately:
     seconds, and the pages the database read or hit meanwhile (pg_stat_database)."""
@@ -409,6 +500,10 @@ def prune_ab(args: argparse.Namespace) -> None:
         for name, prune in variants.items():
             with connection.cursor() as cursor:
                 cursor.execute("TRUNCATE workhorse_job, workhorse_worker CASCADE")
+                if args.kept:  # the oldest jobs, each with a live key: every prune must pass them over
+                    build(cursor, args.kept, timedelta(days=60))
+                    cursor.execute(KEEP_ALIVE)
+                    cursor.execute(KEEP_ALL_ALIVE)
                 build(cursor, args.prune_ab, timedelta(days=30))
                 cursor.execute("SELECT pg_stat_force_next_flush()")
             time.sleep(1.2)
@@ -421,13 +516,17 @@ def prune_ab(args: argparse.Namespace) -> None:
             time.sleep(1.2)
             results[name].append({"pruned": pruned, "seconds": round(seconds, 1), "pages": _pages() - pages})
             print(name, results[name][-1], flush=True)
-    dump(args.json, {"environment": environment(), "n": args.prune_ab, "chunk": PRUNE_CHUNK, "runs": results})
+    dump(args.json, {"environment": environment(), "n": args.prune_ab, "kept": args.kept, "chunk": PRUNE_CHUNK,
+                     "runs": results})  # fmt: skip
 
 
-def _pages() -> int:
-    from django.db import connection
+def _pages(alias: str = "default") -> int:
+    """Pages read or hit in this database so far (this connection's counters flushed first)."""
+    from django.db import connections
 
-    with connection.cursor() as cursor:
+    with connections[alias].cursor() as cursor:
+        cursor.execute("SELECT pg_stat_force_next_flush()")
+    with connections[alias].cursor() as cursor:
         cursor.execute("SELECT pg_stat_clear_snapshot()")
         cursor.execute("SELECT blks_hit + blks_read FROM pg_stat_database WHERE datname = current_database()")
         return int(cursor.fetchone()[0])

@@ -69,3 +69,14 @@ def test_a_prune_skips_a_job_another_transaction_holds_and_never_waits_for_it():
     assert list(Job.objects.values_list("id", flat=True)) == [held.pk]
     assert prune_finished_jobs(older_than=timedelta(0)) == 1
     assert not Job.objects.exists() and not Job.objects.filter(pk=free.pk).exists()
+
+
+def test_the_job_table_is_vacuumed_by_dead_rows_not_by_its_size_and_always_cleans_its_indexes():
+    with connections["default"].cursor() as cursor:
+        cursor.execute("SELECT reloptions FROM pg_class WHERE oid = 'workhorse_job'::regclass")
+        options = set(cursor.fetchone()[0])
+    assert {
+        "autovacuum_vacuum_scale_factor=0",
+        "autovacuum_vacuum_threshold=10000",
+        "vacuum_index_cleanup=on",
+    } <= options
