@@ -84,7 +84,7 @@ def enqueue_many(requests: Iterable[EnqueueRequest], *, using: str | None = None
     position in ``requests``).
     """
     requests = _bounded_list(requests)
-    checked: dict[int, CheckedOptions] = {}  # by id() of each distinct options object
+    checked: dict[Any, CheckedOptions] = {}  # by id() of each distinct options object, and by value
     limit = app_settings.MAX_PAYLOAD_BYTES
     prepared = [_prepare_entry(ordinal, entry, checked, limit) for ordinal, entry in enumerate(requests)]
     alias = _alias(using)
@@ -111,18 +111,44 @@ def _bounded_list(requests: Any) -> list[Any]:
     return taken
 
 
-def _prepare_entry(ordinal: int, entry: Any, checked: dict[int, CheckedOptions], limit: int) -> PreparedJob:
+def _prepare_entry(ordinal: int, entry: Any, checked: dict[Any, CheckedOptions], limit: int) -> PreparedJob:
     if not isinstance(entry, EnqueueRequest):
         raise EnqueueValidationError(
             field="requests", bound="EnqueueRequest values", value=type(entry).__name__, ordinal=ordinal
         )
     try:
         options = resolve_options(entry.options, {})
-        if id(options) not in checked:
-            checked[id(options)] = check_options(options)
-        return prepare(entry.job_type, entry.payload, options, checked=checked[id(options)], max_payload_bytes=limit)
+        done = checked.get(id(options))
+        if done is None:
+            checked[id(options)] = done = _check_options_once(options, checked)
+        return prepare(entry.job_type, entry.payload, options, checked=done, max_payload_bytes=limit)
     except EnqueueValidationError as exc:
         raise exc.for_ordinal(ordinal) from exc
+
+
+def _check_options_once(options: EnqueueOptions, checked: dict[Any, CheckedOptions]) -> CheckedOptions:
+    """``check_options``, once per batch for options that differ only in their keyed mode.
+
+    A batch of new keys builds one ``EnqueueOptions`` per row, all alike but for the key: they are
+    checked once by value. The value key carries every checked value with its type (``True`` is not
+    ``1`` here, nor ``2.0`` ``2``) and the retry policy by identity (its JSON text depends on its
+    field types); the requests hold their options for the whole call, so identities stay unique.
+    Only a successful check is remembered; anything unhashable is simply checked.
+    """
+    values = (
+        options.queue, options.priority, options.run_at, options.delay, options.max_attempts, options.deadline,
+        options.timeout, options.concurrency_key, options.concurrency_limit,
+    )  # fmt: skip
+    try:
+        tags = tuple(options.tags)
+        key = ("by value", values, tuple(map(type, values)), type(options.tags), tags, tuple(map(type, tags)),
+               id(options.retry_policy))  # fmt: skip
+        done = checked.get(key)
+    except TypeError:
+        return check_options(options)
+    if done is None:
+        checked[key] = done = check_options(options)
+    return done
 
 
 def _alias(using: str | None) -> str:

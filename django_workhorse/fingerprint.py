@@ -7,6 +7,8 @@ preview and a 12-hex digest.
 from __future__ import annotations
 
 import hashlib
+import json
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -47,7 +49,32 @@ def canonical_json(value: Any) -> str:
 
     Raise ``TypeError`` or ``ValueError`` if ``value`` is not JSON-serializable.
     """
-    return _CANONICAL.encode(value)
+    if isinstance(value, str) or _c_make_encoder is None:
+        return _CANONICAL.encode(value)
+    state = _encoders.__dict__
+    encode = state.pop("encode", None)  # taken while in use: a nested call builds its own
+    if encode is None:
+        markers: dict[int, Any] = {}
+        encode = (
+            markers,
+            _c_make_encoder(markers, _CANONICAL.default, _CANONICAL_STRING, None, ":", ",", True, False, False),
+        )
+    try:
+        text = "".join(encode[1](value, 0))
+    except BaseException:
+        encode[0].clear()  # the circular-reference markers of the value that failed
+        raise
+    finally:
+        state["encode"] = encode
+    return text
+
+
+# ``_CANONICAL.encode`` builds a C encoder for every call, which costs a third of encoding a small
+# payload: keep one per thread (its circular-reference markers are per call, so not shared). Same
+# arguments as JSONEncoder.iterencode passes for _CANONICAL's options.
+_c_make_encoder = getattr(json.encoder, "c_make_encoder", None)
+_CANONICAL_STRING = json.encoder.encode_basestring
+_encoders = threading.local()
 
 
 def field_digest(canonical_text: str) -> str:

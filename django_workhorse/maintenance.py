@@ -6,8 +6,9 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
+from typing import Any
 
-from django.db import router
+from django.db import DatabaseError, router
 
 from django_workhorse import sql
 from django_workhorse.conf import app_settings
@@ -15,6 +16,11 @@ from django_workhorse.models import EffectRecord, IdempotencyBinding, Job
 
 logger = logging.getLogger(__name__)
 PRUNE_CHUNK = 5000
+# The lease one maintenance run holds (sql.leases). A run renews it before each step; a holder that
+# died frees it after MAINTENANCE_LEASE, and a step that outlasts it may overlap the next run (every
+# step is safe to run concurrently: they lock with SKIP LOCKED).
+MAINTENANCE_LEASE_NAME = "maintenance"
+MAINTENANCE_LEASE = timedelta(minutes=5)
 
 
 @dataclass(frozen=True)
@@ -68,20 +74,37 @@ def prune_finished_jobs(
 def run_maintenance(*, using: str | None = None) -> MaintenanceReport:
     """Run every housekeeping step once, unless another process is running them right now.
 
-    Order matters: expired bindings go before the finished jobs they point to.
+    One run at a time holds the ``maintenance`` lease (a row, so it holds behind PgBouncer in
+    transaction mode too; decision 0010); each step commits as it goes. The lease is renewed before
+    each step, and a run that lost it (a step outlasted MAINTENANCE_LEASE and another run took
+    over) stops there. Order matters: expired bindings go before the finished jobs they point to.
     """
     alias = using or router.db_for_write(Job)
-    with sql.housekeeping.maintenance_lock(alias) as taken:
-        if not taken:
-            return MaintenanceReport(ran=False)
-        return MaintenanceReport(
-            ran=True,
-            expired_bindings=prune_expired_bindings(using=alias),
-            reclaimed_jobs=sql.claims.reclaim_expired(alias),
-            finished_jobs=prune_finished_jobs(using=alias),
-            stale_workers=sql.housekeeping.prune_stale_workers(alias, app_settings.WORKER_STALE_AFTER),
-            expired_effects=prune_expired_effects(using=alias),
-        )
+    holder = sql.leases.take_lease(alias, MAINTENANCE_LEASE_NAME, MAINTENANCE_LEASE)
+    if holder is None:
+        return MaintenanceReport(ran=False)
+    steps: dict[str, Callable[[], int]] = {
+        "expired_bindings": lambda: prune_expired_bindings(using=alias),
+        "reclaimed_jobs": lambda: sql.claims.reclaim_expired(alias),
+        "finished_jobs": lambda: prune_finished_jobs(using=alias),
+        "stale_workers": lambda: sql.housekeeping.prune_stale_workers(alias, app_settings.WORKER_STALE_AFTER),
+        "expired_effects": lambda: prune_expired_effects(using=alias),
+    }
+    done: dict[str, Any] = {}
+    try:
+        for i, (field, step) in enumerate(steps.items()):
+            if i and not sql.leases.renew_lease(alias, MAINTENANCE_LEASE_NAME, holder, MAINTENANCE_LEASE):
+                logger.warning("Maintenance lease lost before %s; another run carries on", field)
+                break
+            done[field] = step()
+    except BaseException:
+        try:
+            sql.leases.give_back_lease(alias, MAINTENANCE_LEASE_NAME, holder)
+        except DatabaseError:  # the step's error is the one to report; the lease expires instead
+            logger.exception("Giving back the maintenance lease failed; it expires after %s", MAINTENANCE_LEASE)
+        raise
+    sql.leases.give_back_lease(alias, MAINTENANCE_LEASE_NAME, holder)
+    return MaintenanceReport(ran=True, **done)
 
 
 def _in_chunks(step: Callable[[], int], chunk: int, what: str) -> int:

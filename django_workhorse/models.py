@@ -468,3 +468,22 @@ class ScheduleEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} ({self.schedule_id})"
+
+
+class Lease(models.Model):
+    """A named lease one process holds at a time, until it gives it back or ``expires_at`` passes.
+
+    Maintenance runs under the ``maintenance`` lease (``sql.leases``). A row taken by compare and swap,
+    not a session advisory lock: it holds behind a transaction pooler, and every statement that takes,
+    renews or gives it back commits on its own (see decision 0010).
+    """
+
+    name = models.CharField(max_length=100, primary_key=True)
+    holder = models.UUIDField(help_text="The token of the run that holds it.")
+    expires_at = models.DateTimeField(help_text="Free again from this instant, if not given back before.")
+
+    class Meta:
+        db_table = "workhorse_lease"
+
+    def __str__(self) -> str:
+        return self.name

@@ -6,6 +6,7 @@ Nothing here touches the database: a request that fails here has written nothing
 from __future__ import annotations
 
 import functools
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
@@ -19,7 +20,6 @@ from django_workhorse.fingerprint import (
     field_digest,
     key_hash,
     key_preview,
-    request_digest,
 )
 from django_workhorse.prepared import PreparedBinding, PreparedJob
 from django_workhorse.retry import DEFAULT_RETRY_POLICY, RetryPolicy
@@ -170,11 +170,14 @@ def _bind(
         raise EnqueueValidationError(
             field="debounce.schedule", bound=" or ".join(map(repr, DEBOUNCE_SCHEDULES)), value=mode.schedule
         )
-    digests = _fingerprint(job_type, options, tags, lifetime_name, lifetime, concurrency_limit)
-    digests["payload"] = field_digest(payload_json)
-    digests["retry_policy"] = _cached_text_digest(policy_json)
-    if isinstance(mode, Debounce):
-        digests["schedule"] = _cached_value_digest(mode.schedule)
+    debounce_schedule: str | None = mode.schedule if isinstance(mode, Debounce) else None
+    constant = _constant_fields(
+        _fingerprint_values(job_type, options, tags, lifetime_name, lifetime, concurrency_limit),
+        policy_json,
+        debounce_schedule,
+    )
+    payload_digest = field_digest(payload_json)
+    digests = {**constant.digests, "payload": payload_digest}
     window = mode.window if isinstance(mode, Debounce) else None
     return PreparedBinding(
         mode=KeyMode(name),
@@ -183,42 +186,74 @@ def _bind(
         key_preview=key_preview(mode.key),
         lifetime=2 * window if window is not None else lifetime,
         field_digests=digests,
-        request_digest=request_digest(digests),
+        request_digest=constant.request_digest(payload_digest),
         window=window,
         reset=not isinstance(mode, Debounce) or mode.schedule == "reset",
     )
 
 
-def _fingerprint(
+def _fingerprint_values(
     job_type: str,
     options: EnqueueOptions,
     tags: list[str],
     lifetime_name: str,
     lifetime: timedelta | None,
     concurrency_limit: int | None,
-) -> dict[str, str]:
-    """Digest every field that makes two requests the same request, except payload and retry policy."""
-    values: dict[str, Any] = {
-        "queue": options.queue,
-        "job_type": job_type,
-        "priority": options.priority,
-        "concurrency_key": options.concurrency_key,
-        "tags": tuple(tags),
-        "max_attempts": options.max_attempts,
-        "deadline": _utc(options.deadline),
-        "timeout": _micros(options.timeout),
-    }
+) -> tuple[tuple[str, Any], ...]:
+    """Every field that makes two requests the same request, except payload and retry policy, as
+    ``(name, value)`` pairs of hashable values (the cache key of ``_constant_fields``)."""
+    values: tuple[tuple[str, Any], ...] = (
+        ("queue", options.queue),
+        ("job_type", job_type),
+        ("priority", options.priority),
+        ("concurrency_key", options.concurrency_key),
+        ("tags", tuple(tags)),
+        ("max_attempts", options.max_attempts),
+        ("deadline", _utc(options.deadline)),
+        ("timeout", _micros(options.timeout)),
+    )
     if lifetime is not None:  # unique keys have no ttl or window
-        values[lifetime_name] = _micros(lifetime)
+        values += ((lifetime_name, _micros(lifetime)),)
     # Only keyed jobs have a limit, so requests without a concurrency key keep their digests.
     if concurrency_limit is not None:
-        values["concurrency_limit"] = concurrency_limit
+        values += (("concurrency_limit", concurrency_limit),)
     # An omitted run_at (or delay) stays omitted, so a later retry of an immediate job replays.
     if options.run_at is not None:
-        values["run_at"] = _utc(options.run_at)
+        values += (("run_at", _utc(options.run_at)),)
     if options.delay is not None:
-        values["delay"] = _micros(options.delay)
-    return {name: _cached_value_digest(value) for name, value in values.items()}
+        values += (("delay", _micros(options.delay)),)
+    return values
+
+
+@dataclass(frozen=True)
+class _ConstantFields:
+    """The digests of every fingerprinted field but the payload, and the request digest's text
+    around the payload's entry (``fingerprint.request_digest`` joins ``name=digest`` in name order)."""
+
+    digests: dict[str, str]
+    before_payload: str
+    after_payload: str
+
+    def request_digest(self, payload_digest: str) -> bytes:
+        return hashlib.sha256(f"{self.before_payload}payload={payload_digest}{self.after_payload}".encode()).digest()
+
+
+@functools.lru_cache(maxsize=1024)
+def _constant_fields(values: tuple[tuple[str, Any], ...], policy_json: str, schedule: str | None) -> _ConstantFields:
+    """Digest the fields that requests of one shape share (a batch of new keys repeats them row after row).
+
+    Keyed by value, like ``_cached_value_digest``: the values are normalized (UTC text, microseconds,
+    tuples), so equal keys digest equally.
+    """
+    digests = {name: _cached_value_digest(value) for name, value in values}
+    digests["retry_policy"] = _cached_text_digest(policy_json)
+    if schedule is not None:
+        digests["schedule"] = _cached_value_digest(schedule)
+    names = sorted([*digests, "payload"])
+    cut = names.index("payload")
+    before = "".join(f"{name}={digests[name]};" for name in names[:cut])
+    after = "".join(f";{name}={digests[name]}" for name in names[cut + 1 :])
+    return _ConstantFields(digests=digests, before_payload=before, after_payload=after)
 
 
 # Most requests repeat the same option values (default queue, priority, ttl…): digest each once.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -39,6 +40,21 @@ def connect_directly(alias: str = "default", *, autocommit: bool = True) -> psyc
     params.pop("context", None)
     params.pop("prepare_threshold", None)
     return psycopg.connect(**params, autocommit=autocommit)
+
+
+@contextlib.contextmanager
+def maintenance_held_elsewhere(alias: str = "default") -> Iterator[None]:
+    """Hold the maintenance lease from another session (committed) for the block, then delete it."""
+    from django_workhorse.maintenance import MAINTENANCE_LEASE, MAINTENANCE_LEASE_NAME
+    from django_workhorse.sql.leases import TAKE_LEASE
+
+    with connect_directly(alias) as other:
+        params = {"name": MAINTENANCE_LEASE_NAME, "holder": uuid.uuid4(), "ttl": MAINTENANCE_LEASE}
+        assert other.execute(TAKE_LEASE, params).fetchall(), "the maintenance lease was held already"
+        try:
+            yield
+        finally:
+            other.execute("DELETE FROM workhorse_lease WHERE holder = %(holder)s", params)
 
 
 @pytest.fixture
@@ -124,3 +140,34 @@ def task_schedules() -> Iterator[None]:
     schedule_sources._from_tasks.clear()
     schedule_sources._from_tasks.update(saved)
     schedule_sources._generation += 1
+
+
+@pytest.fixture(scope="session")
+def pgbouncer(django_db_setup: None) -> Iterator[Any]:
+    """A real PgBouncer (transaction pooling) in front of the test database, behind the "pooled"
+    and "pooled_single" aliases; skipped without the pgbouncer binary, failed under CI's
+    WORKHORSE_REQUIRE_PGBOUNCER=1."""
+    from tests import pgbouncer as pooler
+
+    executable = pooler.binary()
+    if executable is None:
+        message = "PgBouncer is not installed (Debian: apt-get install pgbouncer)"
+        if os.environ.get(pooler.REQUIRE_ENV) == "1":
+            pytest.fail(f"{message}, and {pooler.REQUIRE_ENV}=1 requires it")
+        pytest.skip(message)
+    direct = connections["default"].settings_dict
+    running = pooler.PgBouncer.start(executable, database=direct)
+    saved = {}
+    for alias, name in ((pooler.POOLED, direct["NAME"]), (pooler.POOLED_SINGLE, direct["NAME"] + pooler.SINGLE_SUFFIX)):
+        # Django's connections share these dicts, so every thread's next connection uses them.
+        entry = connections[alias].settings_dict
+        saved[alias] = {key: entry[key] for key in ("HOST", "PORT", "NAME")}
+        entry.update(HOST=running.host, PORT=str(running.port), NAME=name)
+        connections[alias].close()
+    try:
+        yield running
+    finally:
+        for alias, values in saved.items():
+            connections[alias].close()
+            connections[alias].settings_dict.update(values)
+        running.stop()

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from example_project.devdb import database_settings
+from tests.pgbouncer import pooled_databases
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 SECRET_KEY = "tests-not-secret"
@@ -47,3 +49,8 @@ TEMPLATES = [
 ROOT_URLCONF = "tests.urls"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 STATIC_URL = "static/"
+# PgBouncer in transaction mode in front of the test database (tests/pgbouncer.py): the "pgbouncer"
+# fixture starts it and fills in the address, and a worker subprocess reads it from the environment.
+DATABASES.update(pooled_databases(DATABASES["default"]))
+# A worker subprocess behind a PgBouncer that keeps no prepared statements is started with "0".
+WORKHORSE_PREPARED_STATEMENTS = os.environ.get("WORKHORSE_TEST_PREPARED_STATEMENTS", "1") == "1"

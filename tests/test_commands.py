@@ -16,11 +16,10 @@ from django.core.management import CommandError, call_command
 from django.utils import timezone
 
 from django_workhorse import Idempotency, enqueue, once
-from django_workhorse import sql as workhorse_sql
 from django_workhorse.management.commands.workhorse_worker import Command as WorkerCommand
 from django_workhorse.models import EffectRecord, IdempotencyBinding, Job, JobStatus, WorkerRecord
 from django_workhorse.registry import register
-from tests.conftest import connect_directly
+from tests.conftest import maintenance_held_elsewhere
 from tests.factories import JobFactory
 from tests.worker_tasks import CALLS
 
@@ -202,9 +201,7 @@ def test_maintenance_reports_what_it_did():
 
 def test_maintenance_does_nothing_while_another_run_holds_the_lock():
     JobFactory(status=JobStatus.SUCCEEDED, attempt=1, finished_at=timezone.now() - timedelta(days=15))
-    with connect_directly() as other:
-        other.execute("SELECT pg_advisory_lock(%s)", [workhorse_sql.housekeeping.MAINTENANCE_LOCK_KEY])
-
+    with maintenance_held_elsewhere():
         assert run_command("workhorse_maintenance") == "Another maintenance run holds the lock; nothing done.\n"
 
     assert Job.objects.count() == 1

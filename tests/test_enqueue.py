@@ -14,6 +14,8 @@ from django_workhorse import (
     EnqueueRequest,
     Idempotency,
     RetryPolicy,
+    Throttle,
+    Unique,
     enqueue,
     enqueue_many,
     enqueue_with_result,
@@ -57,6 +59,33 @@ def test_enqueue_replays_equivalent_request_and_writes_nothing():
 
     assert again.job_id == first and again.outcome == EnqueueOutcome.REPLAYED
     assert count_rows() == before
+
+
+def sequence_value() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT last_value FROM workhorse_job_id_seq")
+        return cursor.fetchone()[0]
+
+
+@pytest.mark.parametrize(
+    "mode",
+    [Idempotency("k-1"), Unique("k-1"), Throttle("k-1", window=timedelta(minutes=1))],
+    ids=lambda mode: type(mode).__name__,
+)
+def test_a_repeat_of_a_live_key_draws_no_job_id(mode):
+    """A replay (or coalesce) is answered by the binding it finds: no id is drawn, nothing locked."""
+    name = {Idempotency: "idempotency", Unique: "unique", Throttle: "throttle"}[type(mode)]
+    first = enqueue("invoice.capture", PAYLOAD, **{name: mode})
+    drawn = sequence_value()
+    for _ in range(3):
+        assert enqueue("invoice.capture", PAYLOAD, **{name: mode}) == first
+    assert sequence_value() == drawn
+    enqueue("invoice.capture", PAYLOAD, **{name: type(mode)("k-2", **_extra(mode))})
+    assert sequence_value() == drawn + 1  # a new key draws one
+
+
+def _extra(mode):
+    return {"window": mode.window} if isinstance(mode, Throttle) else {}
 
 
 def test_enqueue_and_enqueue_with_result_agree_on_the_job_id():

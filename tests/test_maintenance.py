@@ -13,7 +13,7 @@ from django.db import connection
 from django_workhorse import EnqueueOutcome, Idempotency, WorkhorseError, enqueue, enqueue_with_result, purge
 from django_workhorse.maintenance import prune_expired_bindings, prune_finished_jobs, run_maintenance
 from django_workhorse.models import IdempotencyBinding, Job, JobEvent, JobStatus
-from django_workhorse.sql.housekeeping import MAINTENANCE_LOCK_KEY
+from tests.conftest import maintenance_held_elsewhere
 from tests.factories import JobFactory
 
 pytestmark = pytest.mark.django_db
@@ -113,12 +113,12 @@ def test_run_maintenance_prunes_expired_bindings_before_the_jobs_they_point_to()
     assert not Job.objects.exists()
 
 
-def test_run_maintenance_skips_while_another_session_holds_the_lock(other_connection):
-    other_connection.execute("SELECT pg_advisory_lock(%s)", [MAINTENANCE_LOCK_KEY])
+def test_run_maintenance_skips_while_another_session_holds_the_lease():
     enqueue("t", {"n": 1}, idempotency=KEY)
     IdempotencyBinding.objects.update(expires_at=datetime(2000, 1, 1, tzinfo=timezone.utc))
 
-    assert run_maintenance().ran is False
+    with maintenance_held_elsewhere():
+        assert run_maintenance().ran is False
     assert IdempotencyBinding.objects.count() == 1
 
 

@@ -389,10 +389,12 @@ sys.path.insert(0, os.getcwd())
 import django
 django.setup()
 from datetime import datetime, timedelta
-from django.conf import settings
+from django.test import override_settings
 from django_workhorse import enqueue_due_schedules, register
 register("tests.scheduler.tick", lambda payload: payload)
-settings.WORKHORSE_SCHEDULES = {"s": {"task": "tests.scheduler.tick", "every": timedelta(minutes=10), "catch_up": "all"}}
+override_settings(WORKHORSE_SCHEDULES={
+    "s": {"task": "tests.scheduler.tick", "every": timedelta(minutes=10), "catch_up": "all"}
+}).enable()
 print("ready", flush=True)
 go = sys.argv[1]
 deadline = time.monotonic() + 60

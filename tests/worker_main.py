@@ -46,18 +46,21 @@ def _schedules_from_environment() -> None:
     import json
     from datetime import timedelta
 
-    from django.conf import settings
+    from django.test import override_settings
 
+    overrides: dict[str, object] = {}
     text = os.environ.get("WORKHORSE_TEST_SCHEDULES")
     if text:
         entries = json.loads(text)
         for entry in entries.values():
             if "every" in entry:
                 entry["every"] = timedelta(seconds=entry["every"])
-        settings.WORKHORSE_SCHEDULES = entries
+        overrides["WORKHORSE_SCHEDULES"] = entries
     interval = os.environ.get("WORKHORSE_TEST_SCHEDULE_INTERVAL")
     if interval:
-        settings.WORKHORSE_SCHEDULE_INTERVAL = timedelta(seconds=float(interval))
+        overrides["WORKHORSE_SCHEDULE_INTERVAL"] = timedelta(seconds=float(interval))
+    if overrides:
+        override_settings(**overrides).enable()
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ from typing import Any
 
 from django.db import IntegrityError, OperationalError, connections, transaction
 
+from django_workhorse.conf import app_settings
 from django_workhorse.models import JOB_CONCURRENCY_SLOT_UNIQ
 from django_workhorse.sql.connection import constraint_name, decode_json, execute, run
 
@@ -289,15 +290,28 @@ DEADLOCK_DETECTED = "40P01"
 # on every execution (its custom plans look cheaper than the generic one for a small LIMIT), so a
 # worker's claiming connection keeps one generic plan per prepared statement: 2.4 ms -> 1.1 ms per
 # claim here. Only connections that claim get it (never a caller's connection: eager mode uses
-# claim_job); what else they run (reclaims, maintenance) plans the same either way.
+# claim_job); what else they run (reclaims, maintenance) plans the same either way. It only matters
+# for prepared statements: with WORKHORSE_PREPARED_STATEMENTS off the claim is planned at every
+# execution whatever the setting, and it is not set at all.
+#
+# On a connection that keeps its session it is set once (USE_GENERIC_PLANS). An alias that goes
+# through a transaction pooler (marked with Django's DISABLE_SERVER_SIDE_CURSORS, which such an
+# alias needs anyway) does not keep it: a session SET would stay on a server connection that other
+# clients then get, and be missing from the next one this worker gets. There each claim runs in a
+# transaction of its own that sets it locally first (USE_GENERIC_PLANS_LOCALLY).
 USE_GENERIC_PLANS = "SET plan_cache_mode = force_generic_plan"
+USE_GENERIC_PLANS_LOCALLY = "SET LOCAL plan_cache_mode = force_generic_plan"
 _generic_plan_connections: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
 def claim(alias: str, *, queues: Sequence[str], limit: int, lease: timedelta, worker: str) -> list[ClaimedJob]:
-    """Run CLAIM (on a connection that keeps generic plans); return the leased jobs in priority order."""
-    _use_generic_plans(alias)
+    """Run CLAIM (with generic plans when it is prepared); return the leased jobs in priority order."""
     params = {"queues": list(queues), "limit": limit, "lease": lease, "worker": worker}
+    if not app_settings.PREPARED_STATEMENTS:
+        return _claim(alias, CLAIM, params)
+    if connections[alias].settings_dict.get("DISABLE_SERVER_SIDE_CURSORS"):
+        return _claim(alias, CLAIM, params, local_setting=USE_GENERIC_PLANS_LOCALLY)
+    _use_generic_plans(alias)
     return _claim(alias, CLAIM, params)
 
 
@@ -318,10 +332,15 @@ def claim_job(alias: str, *, job_id: int, lease: timedelta, worker: str, schedul
     return jobs[0] if jobs else None
 
 
-def _claim(alias: str, statement: str, params: dict[str, Any], *, savepoint: bool = False) -> list[ClaimedJob]:
+def _claim(
+    alias: str, statement: str, params: dict[str, Any], *, savepoint: bool = False, local_setting: str | None = None
+) -> list[ClaimedJob]:
     for _ in range(CLAIM_ATTEMPTS):
         try:
-            with transaction.atomic(using=alias) if savepoint else nullcontext():
+            with transaction.atomic(using=alias) if savepoint or local_setting else nullcontext():
+                if local_setting:
+                    with connections[alias].cursor() as cursor:
+                        cursor.execute(local_setting)
                 rows = execute(alias, statement, params)
         except IntegrityError as exc:
             if constraint_name(exc) != JOB_CONCURRENCY_SLOT_UNIQ:

@@ -45,10 +45,18 @@ _MANY_REQUESTS_CTE = "requests AS (SELECT {}, {} FROM jsonb_array_elements(%(row
     ", ".join(f"{_FROM_JSON[kind].format(i=i)} AS {name}" for i, (name, kind) in enumerate(_REQUEST_COLUMNS)),
     _DRAWN,
 )
+# A batch without keys sends only the columns a job needs (no NULLs for the binding's seven):
+# shorter rows to build, send and unpack.
+_KEY_COLUMNS = ("scope", "key_hash", "key_preview", "mode", "request_digest", "field_digests", "lifetime")
+_UNKEYED_REQUEST_COLUMNS = tuple(column for column in _REQUEST_COLUMNS if column[0] not in _KEY_COLUMNS)
+_MANY_UNKEYED_REQUESTS_CTE = "requests AS (SELECT {}, {} FROM jsonb_array_elements(%(rows)s::jsonb) AS r)".format(
+    ", ".join(f"{_FROM_JSON[kind].format(i=i)} AS {name}" for i, (name, kind) in enumerate(_UNKEYED_REQUEST_COLUMNS)),
+    _DRAWN,
+)
 
 
-def _jobs_ctes(only: str = "") -> str:
-    """Insert the jobs of ``requests`` (filtered by ``only``), their "enqueued" events, and one NOTIFY
+def _jobs_ctes(only: str = "", source: str = "requests") -> str:
+    """Insert the jobs of ``source`` (filtered by ``only``), their "enqueued" events, and one NOTIFY
     per queue for work that is ready now (PostgreSQL delivers it at commit, drops it on rollback)."""
     return f"""
 jobs AS (
@@ -59,7 +67,7 @@ jobs AS (
     SELECT job_id, job_type, queue, payload, 'queued', priority,
            coalesce(run_at, now + coalesce(delay, interval '0')), 0, max_attempts,
            retry_policy, deadline, timeout, concurrency_key, concurrency_limit, tags, now, '', scheduled_for
-    FROM requests
+    FROM {source}
     {only}
     RETURNING id, queue, run_at, created_at
 ),
@@ -73,17 +81,21 @@ notified AS (
 )"""
 
 
-# The accepted requests; referencing `notified` makes PostgreSQL run it.
-_ACCEPTED = """
-SELECT requests.ordinal, requests.job_id, true, NULL::text, NULL::bytea, NULL::jsonb, NULL::boolean, NULL::text
-FROM requests JOIN jobs ON jobs.id = requests.job_id
+def _accepted(source: str = "requests") -> str:
+    """The accepted requests of ``source``; referencing `notified` makes PostgreSQL run it."""
+    return f"""
+SELECT {source}.ordinal, {source}.job_id, true, NULL::text, NULL::bytea, NULL::jsonb, NULL::boolean, NULL::text
+FROM {source} JOIN jobs ON jobs.id = {source}.job_id
 CROSS JOIN (SELECT count(*) FROM notified) AS notifications"""
+
+
+_ACCEPTED = _accepted()
 
 
 # enqueue_unkeyed: requests without a key only ever insert; skipping the binding CTEs makes the
 # statement noticeably cheaper to run.
 ENQUEUE_ONE_UNKEYED = f"WITH {_ONE_REQUEST_CTE},{_jobs_ctes()}{_ACCEPTED}"
-ENQUEUE_MANY_UNKEYED = f"WITH {_MANY_REQUESTS_CTE},{_jobs_ctes()}{_ACCEPTED}"
+ENQUEUE_MANY_UNKEYED = f"WITH {_MANY_UNKEYED_REQUESTS_CTE},{_jobs_ctes()}{_ACCEPTED}"
 
 
 # enqueue: write bindings (in (scope, key_hash) order, so two batches with overlapping keys take
@@ -91,17 +103,22 @@ ENQUEUE_MANY_UNKEYED = f"WITH {_MANY_REQUESTS_CTE},{_jobs_ctes()}{_ACCEPTED}"
 # alone (ON CONFLICT DO NOTHING on workhorse_binding_scope_key_hash_uniq, which waits for an
 # in-flight owner to commit or roll back). Returns one row per accepted request and one per
 # request whose existing binding this statement's snapshot can see.
-_BIND = """
+def _bind(source: str = "requests") -> str:
+    """Bind the keys of ``source``'s keyed rows to their drawn job ids, leaving keys bound already."""
+    return f"""
 bound AS (
     INSERT INTO workhorse_binding (
         scope, key_hash, key_preview, mode, request_digest, field_digests, job_id, created_at, expires_at)
     SELECT scope, key_hash, key_preview, mode, request_digest, field_digests, job_id, now, now + lifetime
-    FROM requests
+    FROM {source}
     WHERE key_hash IS NOT NULL
     ORDER BY scope, key_hash
     ON CONFLICT (scope, key_hash) DO NOTHING
     RETURNING job_id
 ),"""
+
+
+_BIND = _bind()
 _EXISTING = """
 UNION ALL
 SELECT requests.ordinal, {columns}
@@ -115,7 +132,37 @@ WHERE requests.job_id NOT IN (SELECT job_id FROM bound)
     )
 )
 _ONLY_UNKEYED_OR_BOUND = "WHERE key_hash IS NULL OR job_id IN (SELECT job_id FROM bound)"
-ENQUEUE_ONE = f"WITH {_ONE_REQUEST_CTE},{_BIND}{_jobs_ctes(_ONLY_UNKEYED_OR_BOUND)}{_ACCEPTED}{_EXISTING}"
+
+# enqueue_one: one keyed request, looking first. A binding the statement's snapshot sees (`seen`)
+# answers at once: nothing is drawn, inserted or locked, so a replay costs one probe of
+# workhorse_binding_scope_key_hash_uniq and writes nothing. Only a key not seen draws a job id
+# (`drawn` has a row only then) and tries to bind it as ENQUEUE does; a binding committed after
+# the snapshot (ON CONFLICT saw it, `seen` did not) comes back as no row, for find_bindings.
+_SEEN = """
+seen AS (
+    SELECT requests.ordinal, {columns}
+    FROM requests
+    JOIN workhorse_binding AS binding USING (scope, key_hash)
+    JOIN workhorse_job AS job ON job.id = binding.job_id
+),
+drawn AS (
+    SELECT requests.*, nextval('{sequence}') AS job_id FROM requests WHERE NOT EXISTS (SELECT FROM seen)
+),""".format(
+    columns=_BINDING_COLUMNS.format(
+        free=_FREE.format(now="requests.now") + " AS free", state=_JOB_STATE.format(now="requests.now") + " AS state"
+    ),
+    sequence=JOB_ID_SEQUENCE,
+)
+_ONE_KEYED_REQUEST_CTE = "requests AS (SELECT {}, statement_timestamp() AS now)".format(
+    ", ".join(f"%({name})s::{kind} AS {name}" for name, kind in _REQUEST_COLUMNS)
+)
+_SEEN_ROWS = """
+UNION ALL
+SELECT ordinal, job_id, false, mode, request_digest, field_digests, free, state FROM seen"""
+ENQUEUE_ONE = (
+    f"WITH {_ONE_KEYED_REQUEST_CTE},{_SEEN}{_bind('drawn')}"
+    f"{_jobs_ctes('WHERE job_id IN (SELECT job_id FROM bound)', source='drawn')}{_accepted('drawn')}{_SEEN_ROWS}"
+)
 ENQUEUE_MANY = f"WITH {_MANY_REQUESTS_CTE},{_BIND}{_jobs_ctes(_ONLY_UNKEYED_OR_BOUND)}{_ACCEPTED}{_EXISTING}"
 
 
@@ -222,7 +269,7 @@ def enqueue_rows(alias: str, rows: Sequence[tuple[int, PreparedJob]], channel: s
     if len(rows) == 1:
         statement, params = ENQUEUE_ONE if keyed else ENQUEUE_ONE_UNKEYED, _one_request_params(rows[0], channel)
     else:
-        statement, params = ENQUEUE_MANY if keyed else ENQUEUE_MANY_UNKEYED, _request_params(rows, channel)
+        statement, params = ENQUEUE_MANY if keyed else ENQUEUE_MANY_UNKEYED, _request_params(rows, channel, keyed)
     for row in execute(alias, statement, params):
         ordinal, job_id, accepted = row[0], row[1], row[2]
         if accepted:
@@ -272,7 +319,7 @@ def _request_values(ordinal: int, job: PreparedJob) -> tuple[Any, ...]:
         json.dumps(job.tags), job.max_attempts, job.retry_policy_json, job.deadline, job.timeout,
         job.concurrency_key, job.concurrency_limit, binding and binding.scope, binding and binding.key_hash,
         binding and binding.key_preview, binding and binding.mode.value, binding and binding.request_digest,
-        binding and json.dumps(binding.field_digests, sort_keys=True), binding and binding.lifetime,
+        binding and _json_digests(binding.field_digests), binding and binding.lifetime,
         job.scheduled_for,
     )  # fmt: skip
 
@@ -281,9 +328,27 @@ def _one_request_params(row: tuple[int, PreparedJob], channel: str) -> dict[str,
     return {**dict(zip(_COLUMNS, _request_values(*row), strict=True)), "channel": channel}
 
 
-def _request_params(rows: Sequence[tuple[int, PreparedJob]], channel: str) -> dict[str, Any]:
-    """Encode a batch as one JSON array of arrays, read back by _MANY_REQUESTS_CTE."""
-    return {"rows": "[" + ",".join(_json_row(ordinal, job) for ordinal, job in rows) + "]", "channel": channel}
+def _request_params(rows: Sequence[tuple[int, PreparedJob]], channel: str, keyed: bool = True) -> dict[str, Any]:
+    """Encode a batch as one JSON array of arrays, read back by _MANY_REQUESTS_CTE (or, for a batch
+    without keys, _MANY_UNKEYED_REQUESTS_CTE)."""
+    row = _json_row if keyed else _json_unkeyed_row
+    return {"rows": "[" + ",".join([row(ordinal, job) for ordinal, job in rows]) + "]", "channel": channel}
+
+
+def _json_unkeyed_row(ordinal: int, job: PreparedJob) -> str:
+    """Return one request without a key as a JSON array in _UNKEYED_REQUEST_COLUMNS order."""
+    quote = _quote
+    return (
+        f"[{ordinal},{quote(job.job_type)},{quote(job.queue)},{job.payload_json},{job.priority},"
+        f"{_json_time(job.run_at)},{_json_micros(job.delay)},{_json_tags(job.tags)},"
+        f"{job.max_attempts},{job.retry_policy_json},{_json_time(job.deadline)},{_json_micros(job.timeout)},"
+        f"{'null' if job.concurrency_key is None else quote(job.concurrency_key)},"
+        f"{'null' if job.concurrency_limit is None else job.concurrency_limit},{_json_time(job.scheduled_for)}]"
+    )
+
+
+def _json_tags(tags: list[str]) -> str:
+    return f"[{','.join(map(_quote, tags))}]" if tags else "[]"
 
 
 def _json_row(ordinal: int, job: PreparedJob) -> str:
@@ -291,7 +356,7 @@ def _json_row(ordinal: int, job: PreparedJob) -> str:
     quote, binding = _quote, job.binding
     head = (
         f"[{ordinal},{quote(job.job_type)},{quote(job.queue)},{job.payload_json},{job.priority},"
-        f"{_json_time(job.run_at)},{_json_micros(job.delay)},[{','.join(map(quote, job.tags))}],"
+        f"{_json_time(job.run_at)},{_json_micros(job.delay)},{_json_tags(job.tags)},"
         f"{job.max_attempts},{job.retry_policy_json},{_json_time(job.deadline)},{_json_micros(job.timeout)},"
         f"{'null' if job.concurrency_key is None else quote(job.concurrency_key)},"
         f"{'null' if job.concurrency_limit is None else job.concurrency_limit},"

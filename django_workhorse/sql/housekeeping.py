@@ -1,11 +1,11 @@
-"""Housekeeping: purge queued jobs, prune free bindings and finished jobs, the worker registry,
-and the maintenance lock."""
+"""Housekeeping: purge queued jobs, prune free bindings and finished jobs, the worker registry.
+
+The maintenance lease that lets one run at a time is in ``sql.leases``."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
@@ -101,13 +101,6 @@ FROM (SELECT finished_at, id FROM candidates ORDER BY finished_at DESC, id DESC 
 """
 
 
-# maintenance lock: one maintenance run at a time across every worker and command (a session
-# advisory lock, released explicitly or when the connection ends).
-TRY_MAINTENANCE_LOCK = "SELECT pg_try_advisory_lock(%(key)s)"
-RELEASE_MAINTENANCE_LOCK = "SELECT pg_advisory_unlock(%(key)s)"
-MAINTENANCE_LOCK_KEY = 0x776F726B686F7273  # "workhors"
-
-
 def register_worker(alias: str, *, name: str, host: str, pid: int, queues: Sequence[str], concurrency: int) -> None:
     """Run REGISTER_WORKER."""
     params = {"name": name, "host": host, "pid": pid, "queues": json.dumps(list(queues)), "concurrency": concurrency}
@@ -148,17 +141,6 @@ def prune_finished_jobs(
         return 0, None
     deleted, finished_at, last_id, candidates = rows[0]
     return int(deleted), (PruneCursor(finished_at, last_id) if candidates == limit else None)
-
-
-@contextmanager
-def maintenance_lock(alias: str) -> Iterator[bool]:
-    """Hold the maintenance advisory lock if no one else does; yield whether it was taken."""
-    taken = bool(execute(alias, TRY_MAINTENANCE_LOCK, {"key": MAINTENANCE_LOCK_KEY})[0][0])
-    try:
-        yield taken
-    finally:
-        if taken:
-            execute(alias, RELEASE_MAINTENANCE_LOCK, {"key": MAINTENANCE_LOCK_KEY})
 
 
 def purge_queued(alias: str, *, queue: str | None, job_ids: Sequence[int] | None) -> int:

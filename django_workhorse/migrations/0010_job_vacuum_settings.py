@@ -23,7 +23,7 @@ OPTIONS = "autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 100
 
 
 class Migration(migrations.Migration):
-    dependencies = [("workhorse", "0008_schedules")]
+    dependencies = [("workhorse", "0009_lease")]
 
     operations = [
         migrations.RunSQL(
