@@ -56,13 +56,19 @@ def prune_finished_jobs(
     """Delete jobs finished more than ``older_than`` ago (WORKHORSE_JOB_RETENTION, 14 days).
 
     A job whose key is still live (an idempotency or throttle window, a debounce cool-down) is kept
-    until the key is free; free bindings go with their job.
+    until the key is free; free bindings go with their job. Chunks follow workhorse_job_finished_idx
+    in (finished_at, id) order, each its own statement and transaction, each starting where the
+    last one stopped; a job locked by anyone else is skipped (pruned by a later run), never waited for.
     """
     alias = using or router.db_for_write(Job)
-    before = datetime.now(timezone.utc) - (older_than or app_settings.JOB_RETENTION)
-    return _in_chunks(
-        lambda: sql.housekeeping.prune_finished_jobs(alias, before=before, limit=chunk), chunk, "finished jobs"
-    )
+    before = datetime.now(timezone.utc) - (app_settings.JOB_RETENTION if older_than is None else older_than)
+    total = 0
+    cursor: sql.housekeeping.PruneCursor | None = sql.housekeeping.PruneCursor()
+    while cursor is not None:
+        deleted, cursor = sql.housekeeping.prune_finished_jobs(alias, before=before, limit=chunk, after=cursor)
+        total += deleted
+    logger.info("Pruned %s count=%s", "finished jobs", total)
+    return total
 
 
 def run_maintenance(*, using: str | None = None) -> MaintenanceReport:

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
 
-from django_workhorse.sql.connection import run
+from django_workhorse.sql.connection import execute, run
 from django_workhorse.sql.keys import _FREE, _TERMINAL
 
 # purge_queued: delete queued jobs of a queue (or by id), in one statement. Their bindings are
@@ -65,27 +66,38 @@ DEREGISTER_WORKER = "DELETE FROM workhorse_worker WHERE name = %(name)s"
 PRUNE_STALE_WORKERS = "DELETE FROM workhorse_worker WHERE heartbeat_at < clock_timestamp() - %(stale_after)s"
 
 
-# prune_finished_jobs: delete up to %(limit)s jobs that finished before %(before)s and whose
+# prune_finished_jobs: delete the next chunk of jobs that finished before %(before)s and whose
 # bindings own nothing any more (a live key always finds its job); those bindings, their events,
 # checkpoints and redrive records (as source or as new job) go with them (ON DELETE CASCADE).
-# Candidates come from workhorse_job_finished_idx; those not locked by anyone else are locked in
-# id order (SKIP LOCKED).
+# The chunk is the next %(limit)s candidates of workhorse_job_finished_idx in (finished_at, id)
+# order after the cursor (%(after_at)s, %(after_id)s) the previous chunk returned: each chunk
+# starts where the last one stopped instead of walking again over the index entries and heap rows
+# of the jobs it deleted (dead until vacuum), and a kept job (its key still live, or locked by
+# someone else) is passed over once, not read again by every later chunk. Those not locked by
+# anyone else are locked in id order (SKIP LOCKED): a prune never waits for a worker.
 PRUNE_FINISHED_JOBS = f"""
-WITH doomed AS MATERIALIZED (
-    SELECT id FROM workhorse_job
-    WHERE id IN (
-        SELECT id FROM workhorse_job AS job
-        WHERE status IN {_TERMINAL} AND finished_at < %(before)s
-          AND NOT EXISTS (
-              SELECT 1 FROM workhorse_binding AS binding
-              WHERE binding.job_id = job.id AND NOT ({_FREE.format(now="statement_timestamp()")})
-          )
-        LIMIT %(limit)s
-    )
+WITH candidates AS MATERIALIZED (
+    SELECT id, finished_at FROM workhorse_job
+    WHERE status IN {_TERMINAL} AND finished_at < %(before)s
+      AND finished_at >= %(after_at)s AND (finished_at > %(after_at)s OR id > %(after_id)s)
+    ORDER BY finished_at, id
+    LIMIT %(limit)s
+),
+doomed AS MATERIALIZED (
+    SELECT id FROM workhorse_job AS job
+    WHERE id IN (SELECT id FROM candidates) AND status IN {_TERMINAL}
+      AND NOT EXISTS (
+          SELECT 1 FROM workhorse_binding AS binding
+          WHERE binding.job_id = job.id AND NOT ({_FREE.format(now="statement_timestamp()")})
+      )
     ORDER BY id
     FOR UPDATE SKIP LOCKED
+),
+deleted AS (
+    DELETE FROM workhorse_job WHERE id IN (SELECT id FROM doomed) RETURNING id
 )
-DELETE FROM workhorse_job WHERE id IN (SELECT id FROM doomed)
+SELECT (SELECT count(*) FROM deleted), last.finished_at, last.id, (SELECT count(*) FROM candidates)
+FROM (SELECT finished_at, id FROM candidates ORDER BY finished_at DESC, id DESC LIMIT 1) AS last
 """
 
 
@@ -110,9 +122,25 @@ def prune_stale_workers(alias: str, stale_after: timedelta) -> int:
     return run(alias, PRUNE_STALE_WORKERS, {"stale_after": stale_after})
 
 
-def prune_finished_jobs(alias: str, *, before: datetime, limit: int) -> int:
-    """Run PRUNE_FINISHED_JOBS once; return how many jobs were deleted."""
-    return run(alias, PRUNE_FINISHED_JOBS, {"before": before, "limit": limit})
+@dataclass(frozen=True)
+class PruneCursor:
+    """Where the next chunk of prune_finished_jobs starts: after this (finished_at, id)."""
+
+    finished_at: datetime = datetime(1, 1, 1, tzinfo=timezone.utc)
+    id: int = 0
+
+
+def prune_finished_jobs(
+    alias: str, *, before: datetime, limit: int, after: PruneCursor = PruneCursor()
+) -> tuple[int, PruneCursor | None]:
+    """Run PRUNE_FINISHED_JOBS once; return how many jobs were deleted and the cursor of the next
+    chunk (None when this chunk was the last: it had fewer than ``limit`` candidates)."""
+    params = {"before": before, "limit": limit, "after_at": after.finished_at, "after_id": after.id}
+    rows = execute(alias, PRUNE_FINISHED_JOBS, params)
+    if not rows:
+        return 0, None
+    deleted, finished_at, last_id, candidates = rows[0]
+    return int(deleted), (PruneCursor(finished_at, last_id) if candidates == limit else None)
 
 
 def purge_queued(alias: str, *, queue: str | None, job_ids: Sequence[int] | None) -> int:
