@@ -217,6 +217,11 @@ class Job(models.Model):
     def __str__(self) -> str:
         return f"{self.job_type} #{self.pk}"
 
+    def enqueued_event(self, details: dict[str, object] | None = None) -> JobEvent:
+        """The job's enqueue as an unsaved event at ``created_at``: the job row is its record, no
+        event row is stored for it (decision 0013). Histories start with it."""
+        return JobEvent(job=self, kind=EventKind.ENQUEUED, attempt=0, at=self.created_at, details=details or {})
+
 
 class HashedKey(models.Model):
     """A scoped key stored only as its SHA-256 (``fingerprint.key_hash``), a bounded preview and,

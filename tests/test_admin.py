@@ -427,6 +427,9 @@ def test_job_detail_links_the_redrive_lineage_both_ways(client, django_user_mode
     assert f'Redriven from <a href="{change_url(JOBS, world.dead.pk)}">job #{world.dead.pk}</a> by alice' in (
         new_lineage
     )
+    # its history starts with the enqueue, drawn from the job row, naming where it came from
+    timeline = section(body(client.get(change_url(JOBS, world.redriven.pk))), "workhorse-events")
+    assert f"redriven_from={world.dead.pk}" in timeline.split("</tr>")[1]
 
 
 def test_dead_letters_list_only_dead_jobs_with_their_error(client, django_user_model, world):

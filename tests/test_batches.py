@@ -27,7 +27,7 @@ def test_enqueue_many_returns_results_in_input_order():
     results = enqueue_many([EnqueueRequest("t", {"i": i}, EnqueueOptions(priority=i)) for i in range(5)])
     assert [Job.objects.get(pk=r.job_id).payload["i"] for r in results] == [0, 1, 2, 3, 4]
     assert all(r.outcome == EnqueueOutcome.ACCEPTED for r in results)
-    assert JobEvent.objects.count() == 5
+    assert not JobEvent.objects.exists()  # the job rows record their enqueue (decision 0013)
 
 
 def test_enqueue_many_without_keys_is_one_query(django_assert_num_queries):

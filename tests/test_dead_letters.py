@@ -131,7 +131,7 @@ def test_cancel_a_running_job_asks_its_handler_to_stop():
         assert cancel(job_id) == JobStatus.RUNNING
         wait_for(lambda: Job.objects.get(pk=job_id).status == JobStatus.CANCELLED, what="the job to end cancelled")
     kinds = list(JobEvent.objects.filter(job_id=job_id).exclude(kind="checkpoint_saved").values_list("kind", flat=True))
-    assert kinds == ["enqueued", "claimed", "cancel_requested", "cancelled"]
+    assert kinds == ["claimed", "cancel_requested", "cancelled"]
 
 
 def test_cancel_leaves_a_finished_job_alone_and_refuses_a_missing_one():

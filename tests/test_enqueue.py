@@ -48,7 +48,8 @@ def test_enqueue_accepts_a_new_request():
         key_hash("invoice-capture", "capture:inv-2048"),
     )
     assert binding.expires_at - binding.created_at == timedelta(hours=24)
-    assert list(job.events.values_list("kind", flat=True)) == [EventKind.ENQUEUED]
+    assert not job.events.exists()  # the job row records the enqueue (decision 0013)
+    assert job.enqueued_event().kind == EventKind.ENQUEUED and job.enqueued_event().at == job.created_at
 
 
 def test_enqueue_replays_equivalent_request_and_writes_nothing():

@@ -438,7 +438,7 @@ def test_debounce_first_request_schedules_the_job_one_window_ahead_without_notif
     bound = binding()
     assert (bound.mode, bound.job_id, bound.previous_request_digest) == ("debounce", job.pk, None)
     assert bound.expires_at == job.run_at + WINDOW
-    assert event_kinds(job.pk) == ["enqueued"]
+    assert event_kinds(job.pk) == []
     assert listener(0.2) == []
 
 
@@ -480,7 +480,7 @@ def test_debounce_repeat_replaces_the_pending_definition_in_place():
     assert (job.concurrency_key, job.concurrency_limit, job.status, job.attempt) == ("tenant-1", 2, "queued", 0)
     # Only one event was added, no job and no binding.
     assert count_rows() == {**before, "workhorse_job_event": before["workhorse_job_event"] + 1}
-    assert event_kinds(first) == ["enqueued", "replaced"]
+    assert event_kinds(first) == ["replaced"]
 
 
 def test_debounce_same_request_again_is_replaced_too(listener):
@@ -690,7 +690,7 @@ def test_a_worker_claiming_a_debounced_job_while_requests_replace_it_runs_the_la
     assert {r.reason for r in refused} <= {NonReplaceableReason.NOT_PENDING}
     # Every replacement happened before the claim, and the claim ran the definition they left.
     kinds = event_kinds(first)
-    assert kinds == ["enqueued"] + ["replaced"] * len(replaced) + ["claimed"]
+    assert kinds == ["replaced"] * len(replaced) + ["claimed"]
     job = Job.objects.get(pk=first)
     assert (job.status, job.payload) == (JobStatus.RUNNING, claimed.payload)
     last = replaced_events(first)[-1]["request_digest"] if replaced else digest_of("debounce", {"variant": 0})

@@ -64,7 +64,7 @@ def test_burst_worker_runs_every_job_exactly_once():
     jobs = Job.objects.filter(pk__in=job_ids)
     assert sorted(jobs.values_list("status", "attempt").distinct()) == [(JobStatus.SUCCEEDED, 1)]
     assert {job.pk: job.result for job in jobs} == {job_id: {"n": n} for n, job_id in enumerate(job_ids)}
-    assert all(events(job_id) == [("enqueued", 0), ("claimed", 1), ("succeeded", 1)] for job_id in job_ids)
+    assert all(events(job_id) == [("claimed", 1), ("succeeded", 1)] for job_id in job_ids)
 
 
 def test_three_burst_workers_share_the_queue_and_run_each_job_once():
@@ -183,7 +183,6 @@ def test_retry_after_a_failure_keeps_the_idempotency_key_and_counts_the_attempt(
     job = Job.objects.get(pk=job_id)
     assert (job.status, job.attempt, job.result) == (JobStatus.SUCCEEDED, 2, {"attempt": 2})
     assert events(job_id) == [
-        ("enqueued", 0),
         ("claimed", 1),
         ("failed", 1),
         ("retry_scheduled", 1),
@@ -221,7 +220,6 @@ def test_a_job_is_dead_after_max_attempts_with_its_error():
     assert "Traceback" in job.last_error and "always_fail" in job.last_error
     assert job.finished_at is not None and job.lease_token is None
     assert events(job_id) == [
-        ("enqueued", 0),
         ("claimed", 1), ("failed", 1), ("retry_scheduled", 1),
         ("claimed", 2), ("failed", 2), ("retry_scheduled", 2),
         ("claimed", 3), ("failed", 3), ("dead", 3),
@@ -243,7 +241,7 @@ def test_a_job_without_a_handler_is_dead_letter_with_an_error_naming_its_type():
     assert job.last_error.startswith(
         "HandlerNotRegisteredError: no handler is registered for job type 'tests.nobody-handles-this'"
     )
-    assert events(job_id) == [("enqueued", 0), ("claimed", 1), ("failed", 1), ("dead", 1)]
+    assert events(job_id) == [("claimed", 1), ("failed", 1), ("dead", 1)]
 
 
 def test_a_job_without_a_handler_is_retried_like_any_failure():
@@ -267,7 +265,7 @@ def test_a_job_past_its_deadline_is_dead_without_calling_its_handler():
     job = Job.objects.get(pk=job_id)
     assert job.status == JobStatus.DEAD
     assert job.last_error.startswith("DeadlineExceeded")
-    assert events(job_id) == [("enqueued", 0), ("claimed", 1), ("failed", 1), ("dead", 1)]
+    assert events(job_id) == [("claimed", 1), ("failed", 1), ("dead", 1)]
 
 
 def test_a_retry_that_would_start_after_the_deadline_is_not_scheduled():
@@ -409,7 +407,7 @@ def test_a_stalled_handler_whose_lease_was_taken_cannot_complete_fail_or_checkpo
         JobStatus.RUNNING, stolen, 1, None, ""
     )  # fmt: skip
     assert not Checkpoint.objects.filter(job_id=job_id).exists()
-    assert events(job_id) == [("enqueued", 0), ("claimed", 1)]
+    assert events(job_id) == [("claimed", 1)]
 
 
 def test_an_expired_lease_is_reclaimed_and_the_job_runs_again():
@@ -511,7 +509,7 @@ def test_stop_releases_running_and_unstarted_jobs_at_once():
         (JobStatus.QUEUED, 0, None),
     ]
     assert events(running_id)[-1] == ("released", 1)
-    assert events(waiting_id) == [("enqueued", 0), ("claimed", 1), ("released", 0)]
+    assert events(waiting_id) == [("claimed", 1), ("released", 0)]
 
     run_worker()
 
@@ -536,7 +534,7 @@ def test_a_job_released_during_its_last_attempt_is_dead():
     job = Job.objects.get(pk=job_id)
     assert (job.status, job.attempt, job.lease_token) == (JobStatus.DEAD, 1, None)
     assert job.last_error == "interrupted by a worker shutdown on the last attempt"
-    assert events(job_id) == [("enqueued", 0), ("claimed", 1), ("released", 1), ("dead", 1)]
+    assert events(job_id) == [("claimed", 1), ("released", 1), ("dead", 1)]
 
 
 # -- connections ------------------------------------------------------------------------------------------------

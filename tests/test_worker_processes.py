@@ -78,7 +78,6 @@ def test_a_job_of_a_worker_killed_mid_job_is_completed_by_another_worker_after_t
     assert (job.status, job.attempt) == (JobStatus.SUCCEEDED, 2)
     assert job.result == {"attempt": 2, "started": {"pid": first.pid, "attempt": 1}}
     assert events(job_id) == [
-        ("enqueued", 0),
         ("claimed", 1),
         ("checkpoint_saved", 1),
         ("lease_expired", 1),
@@ -102,7 +101,7 @@ def test_sigterm_lets_the_running_handler_finish(spawn):
     job = Job.objects.get(pk=job_id)
     assert (job.status, job.attempt, job.result) == (JobStatus.SUCCEEDED, 1, {"stop_seen": True})
     assert job.lease_token is None
-    assert events(job_id) == [("enqueued", 0), ("claimed", 1), ("checkpoint_saved", 1), ("succeeded", 1)]
+    assert events(job_id) == [("claimed", 1), ("checkpoint_saved", 1), ("succeeded", 1)]
     assert "Claimed 1 job(s); finished: {'succeeded': 1}." in worker.output()
 
 
@@ -118,7 +117,7 @@ def test_sigterm_releases_a_job_still_running_after_the_drain_timeout(spawn):
     # Back in the queue at once, not after the 300 s lease.
     assert (job.status, job.attempt, job.lease_token, job.lease_expires_at) == (JobStatus.QUEUED, 1, None, None)
     assert job.run_at <= timezone.now()
-    assert events(job_id) == [("enqueued", 0), ("claimed", 1), ("checkpoint_saved", 1), ("released", 1)]
+    assert events(job_id) == [("claimed", 1), ("checkpoint_saved", 1), ("released", 1)]
 
     # So a worker started right away takes it (a burst worker finds no other ready job and exits).
     again = spawn("--burst", "--lease", "300")

@@ -18,7 +18,7 @@ from django.urls import URLPattern, path
 from django_workhorse import stats
 from django_workhorse.actions import cancel, purge, purgeable, redrive, run_now
 from django_workhorse.exceptions import WorkhorseError
-from django_workhorse.models import Checkpoint, IdempotencyBinding, Job, JobEvent, JobStatus, Redrive
+from django_workhorse.models import Checkpoint, EventKind, IdempotencyBinding, Job, JobEvent, JobStatus, Redrive
 
 from .base import ReadOnlyAdmin, YesNoFilter, actor, has_permission, parse_id
 from .bindings import digest_prefix_filter
@@ -211,14 +211,17 @@ class JobAdmin(ReadOnlyAdmin):
         context = dict(extra_context or {})
         if job is not None:
             binding = IdempotencyBinding.objects.filter(job=job).first()
+            redriven_from = Redrive.objects.filter(new_job=job).first()
+            history = list(JobEvent.objects.filter(job=job).order_by("id"))
+            if not history or history[0].kind != EventKind.ENQUEUED:  # stored only before decision 0013
+                details = {"redriven_from": redriven_from.source_id} if redriven_from else None
+                history.insert(0, job.enqueued_event(details))
             context.update(
                 payload_json=pretty_json(job.payload),
                 result_json=None if job.result is None else pretty_json(job.result),
-                events=[
-                    (event, event_details(event.details)) for event in JobEvent.objects.filter(job=job).order_by("id")
-                ],
+                events=[(event, event_details(event.details)) for event in history],
                 checkpoints=[(c, pretty_json(c.value, 2000)) for c in Checkpoint.objects.filter(job=job)],
-                redriven_from=Redrive.objects.filter(new_job=job).first(),
+                redriven_from=redriven_from,
                 redriven_to=list(Redrive.objects.filter(source=job).order_by("id")),
                 binding=binding,
                 binding_live=binding is not None and IdempotencyBinding.objects.live().filter(pk=binding.pk).exists(),

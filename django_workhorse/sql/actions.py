@@ -37,8 +37,6 @@ jobs AS (
 ),
 events AS (
     INSERT INTO workhorse_job_event (job_id, kind, attempt, at, details)
-    SELECT id, 'enqueued', 0, created_at, jsonb_build_object('redriven_from', %(source_id)s::bigint) FROM jobs
-    UNION ALL
     SELECT source.id, 'redriven', source.attempt, jobs.created_at,
            jsonb_build_object('new_job', jobs.id, 'requested_by', %(requested_by)s::text)
     FROM jobs, source

@@ -56,8 +56,9 @@ _MANY_UNKEYED_REQUESTS_CTE = "requests AS (SELECT {}, {} FROM jsonb_array_elemen
 
 
 def _jobs_ctes(only: str = "", source: str = "requests") -> str:
-    """Insert the jobs of ``source`` (filtered by ``only``), their "enqueued" events, and one NOTIFY
-    per queue for work that is ready now (PostgreSQL delivers it at commit, drops it on rollback)."""
+    """Insert the jobs of ``source`` (filtered by ``only``) and send one NOTIFY per queue for work that
+    is ready now (PostgreSQL delivers it at commit, drops it on rollback). The job row's
+    ``created_at`` is the enqueue's record: no event row is written for it (decision 0013)."""
     return f"""
 jobs AS (
     INSERT INTO workhorse_job (
@@ -70,10 +71,6 @@ jobs AS (
     FROM {source}
     {only}
     RETURNING id, queue, run_at, created_at
-),
-events AS (
-    INSERT INTO workhorse_job_event (job_id, kind, attempt, at, details)
-    SELECT id, 'enqueued', 0, created_at, '{{}}'::jsonb FROM jobs
 ),
 notified AS (
     SELECT pg_notify(%(channel)s, queue)
