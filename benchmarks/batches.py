@@ -33,18 +33,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-PAYLOAD = {"i": 1, "user_id": 100001, "email": "someone@example.com", "note": "x" * 120}
+from common import BENCH_JOBS_DDL, PAYLOAD, ROOT, reset_tables, setup_django
 
-BENCH_JOBS_DDL = """
-DROP TABLE IF EXISTS bench_jobs;
-CREATE TABLE bench_jobs (
-    id bigserial PRIMARY KEY, queue text NOT NULL DEFAULT 'default', status text NOT NULL DEFAULT 'todo',
-    payload jsonb NOT NULL, created_at timestamptz NOT NULL DEFAULT now(), started_at timestamptz,
-    finished_at timestamptz, attempts int NOT NULL DEFAULT 0, priority int NOT NULL DEFAULT 0);
-CREATE INDEX bench_jobs_todo ON bench_jobs (queue, priority DESC, id) WHERE status = 'todo';
-"""
 SHAPE_DDL = """
 DROP TABLE IF EXISTS bench_job_shape;
 CREATE TABLE bench_job_shape (LIKE workhorse_job INCLUDING ALL);
@@ -55,43 +45,13 @@ SHAPE_COLUMNS = (
 )
 
 
-def setup(code: Path, database: str) -> None:
-    """Configure Django with ``code``'s django_workhorse first on sys.path, and migrate."""
-    sys.path[:0] = [str(code), str(ROOT)]
-    import django
-    from django.conf import settings
-    from django.core.management import call_command
-
-    from example_project.devdb import database_settings
-
-    settings.configure(
-        DEBUG=False,
-        USE_TZ=True,
-        SECRET_KEY="bench",
-        INSTALLED_APPS=["django.contrib.contenttypes", "django.contrib.auth", "django_workhorse"],
-        DATABASES={"default": {**database_settings(ROOT, name=database), "CONN_MAX_AGE": None}},
-        DEFAULT_AUTO_FIELD="django.db.models.BigAutoField",
-        LOGGING_CONFIG=None,
-    )
-    django.setup()
-    call_command("migrate", verbosity=0)
-
-
-def reset() -> None:
-    from django.db import connection
-
-    with connection.cursor() as cursor:
-        cursor.execute("TRUNCATE workhorse_job CASCADE")
-        cursor.execute("CHECKPOINT")
-
-
 def enqueue_many_rate(keyed: bool, batches: int, size: int) -> float:
     """jobs/s of ``batches`` calls of ``enqueue_many(size)``, one transaction each, requests built inside."""
     from django.db import transaction
 
     from django_workhorse import EnqueueOptions, EnqueueRequest, Idempotency, enqueue_many
 
-    reset()
+    reset_tables()
     prefix = uuid.uuid4().hex
     plain = EnqueueOptions()
     start = time.perf_counter()
@@ -129,7 +89,7 @@ def staged_rate(keyed: bool, batches: int, size: int) -> float:
         statement = f"WITH {requests_cte},{sql._BIND}{sql._jobs_ctes(only)}{sql._ACCEPTED}{sql._EXISTING}"
     else:
         statement = f"WITH {requests_cte},{sql._jobs_ctes()}{sql._ACCEPTED}"
-    reset()
+    reset_tables()
     connection.ensure_connection()
     raw = connection.connection
     prefix = uuid.uuid4().hex
@@ -185,7 +145,7 @@ def copy_rate(table: str, batches: int, size: int) -> float:
 
 def worker(args: argparse.Namespace) -> None:
     """One rep of the enqueue workloads with the code under ``--code``; print the figures as JSON."""
-    setup(Path(args.code), args.database)
+    setup_django(args.database, code=Path(args.code))
     figures = {
         "enqueue_many, no keys": enqueue_many_rate(False, args.batches, args.size),
         "enqueue_many, new keys": enqueue_many_rate(True, args.batches, args.size),

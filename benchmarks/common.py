@@ -16,9 +16,23 @@ ROOT = Path(__file__).resolve().parent.parent
 PAYLOAD = {"i": 1, "user_id": 100001, "email": "someone@example.com", "note": "x" * 120}
 
 
-def setup_django(database: str = "workhorse_bench") -> None:
-    """Configure Django on DATABASE_URL or the embedded PostgreSQL, and migrate."""
-    sys.path.insert(0, str(ROOT))
+# The physical floor's table: a minimal job table with the claim's index, for INSERT and COPY limits.
+BENCH_JOBS_DDL = """
+DROP TABLE IF EXISTS bench_jobs;
+CREATE TABLE bench_jobs (
+    id bigserial PRIMARY KEY, queue text NOT NULL DEFAULT 'default', status text NOT NULL DEFAULT 'todo',
+    payload jsonb NOT NULL, created_at timestamptz NOT NULL DEFAULT now(), started_at timestamptz,
+    finished_at timestamptz, attempts int NOT NULL DEFAULT 0, priority int NOT NULL DEFAULT 0);
+CREATE INDEX bench_jobs_todo ON bench_jobs (queue, priority DESC, id) WHERE status = 'todo';
+"""
+
+
+def setup_django(database: str = "workhorse_bench", *, code: Path | None = None) -> None:
+    """Configure Django on DATABASE_URL or the embedded PostgreSQL, and migrate.
+
+    ``code`` puts another checkout's django_workhorse first on sys.path (to measure a baseline).
+    """
+    sys.path[:0] = [str(code), str(ROOT)] if code is not None else [str(ROOT)]
     import django
     from django.conf import settings
     from django.core.management import call_command

@@ -13,17 +13,7 @@ import contextlib
 import json
 import uuid
 
-from common import PAYLOAD, dump, environment, median_of, print_table, rate, reset_tables, setup_django
-
-LIMIT_DDL = """
-DROP TABLE IF EXISTS bench_jobs;
-CREATE TABLE bench_jobs (
-    id bigserial PRIMARY KEY, queue text NOT NULL DEFAULT 'default', status text NOT NULL DEFAULT 'todo',
-    payload jsonb NOT NULL, created_at timestamptz NOT NULL DEFAULT now(), started_at timestamptz,
-    finished_at timestamptz, attempts int NOT NULL DEFAULT 0, priority int NOT NULL DEFAULT 0);
-CREATE INDEX bench_jobs_todo ON bench_jobs (queue, priority DESC, id) WHERE status = 'todo';
-"""
-
+from common import BENCH_JOBS_DDL, PAYLOAD, dump, environment, median_of, print_table, rate, reset_tables, setup_django
 
 LIMIT_INSERT = "INSERT INTO bench_jobs (payload) VALUES (%s::jsonb)"
 
@@ -94,7 +84,7 @@ def main() -> None:
 
     def limit_insert() -> float:
         # Autocommit: one round trip per transaction, as pgbench's one-INSERT script does.
-        raw.execute(LIMIT_DDL)
+        raw.execute(BENCH_JOBS_DDL)
         raw.commit()
         raw.autocommit = True
         try:
@@ -103,7 +93,7 @@ def main() -> None:
             raw.autocommit = False
 
     def limit_copy() -> float:
-        raw.execute(LIMIT_DDL)
+        raw.execute(BENCH_JOBS_DDL)
         raw.commit()
 
         def work() -> None:

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import quote
 
 from django.db import connection
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def subprocess_database_url() -> str:
@@ -40,3 +45,33 @@ class WorkerProcess:
             return self.popen.wait(timeout)
         except subprocess.TimeoutExpired:
             raise AssertionError(f"worker process {self.pid} did not exit in {timeout} s:\n{self.output()}") from None
+
+
+@contextmanager
+def worker_spawner(
+    log_dir: Path, command: Sequence[str], *, settings: str = "tests.settings", env: Mapping[str, str] | None = None
+) -> Iterator[Callable[..., WorkerProcess]]:
+    """Yield ``start(*options)``, which runs ``command`` + options as a worker on the test database
+    (``DATABASE_URL``, ``DJANGO_SETTINGS_MODULE=settings``, and ``env``); kill what is left at the end."""
+    started: list[WorkerProcess] = []
+    environment = {
+        **os.environ,
+        "DATABASE_URL": subprocess_database_url(),
+        "DJANGO_SETTINGS_MODULE": settings,
+        **(env or {}),
+    }
+
+    def start(*options: str) -> WorkerProcess:
+        log = log_dir / f"worker-{len(started)}.log"
+        with log.open("wb") as out:
+            popen = subprocess.Popen([*command, *options], cwd=ROOT, env=environment, stdout=out, stderr=out)
+        started.append(WorkerProcess(popen, log))
+        return started[-1]
+
+    try:
+        yield start
+    finally:
+        for process in started:
+            if process.popen.poll() is None:
+                process.popen.kill()
+                process.popen.wait(30)

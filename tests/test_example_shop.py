@@ -9,9 +9,7 @@ the database (the invoice row), never through sleeps.
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from datetime import timedelta
@@ -27,7 +25,7 @@ from django_workhorse.models import Job, JobEvent, JobStatus
 from example_project.shop.models import Digest, Invoice, Order, Product, ProviderCharge, WebhookDelivery
 from example_project.shop.payments import FakePaymentProvider, IdempotencyKeyReusedError
 from tests.conftest import race
-from tests.processes import WorkerProcess, subprocess_database_url
+from tests.processes import WorkerProcess, worker_spawner
 from tests.worker_tasks import run_worker, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.urls("example_project.urls")]
@@ -50,26 +48,9 @@ def make_due(job_id: int) -> None:
 @pytest.fixture
 def spawn_worker(tmp_path: Path) -> Iterator[Callable[..., WorkerProcess]]:
     """Start the example project's ``manage.py workhorse_worker`` (as ``make run`` does) on the test database."""
-    started: list[WorkerProcess] = []
-    env = {
-        **os.environ,
-        "DATABASE_URL": subprocess_database_url(),
-        "DJANGO_SETTINGS_MODULE": "example_project.settings",
-    }
-
-    def start(*options: str) -> WorkerProcess:
-        log = tmp_path / f"worker-{len(started)}.log"
-        command = [sys.executable, "manage.py", "workhorse_worker", "--poll-interval", "0.05", "--listen-database"]
-        with log.open("wb") as out:
-            popen = subprocess.Popen([*command, "none", *options], cwd=ROOT, env=env, stdout=out, stderr=out)
-        started.append(WorkerProcess(popen, log))
-        return started[-1]
-
-    yield start
-    for process in started:
-        if process.popen.poll() is None:
-            process.popen.kill()
-            process.popen.wait(30)
+    command = [sys.executable, "manage.py", "workhorse_worker", "--poll-interval", "0.05", "--listen-database", "none"]
+    with worker_spawner(tmp_path, command, settings="example_project.settings") as start:
+        yield start
 
 
 # -- home -----------------------------------------------------------------------------------------

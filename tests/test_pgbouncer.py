@@ -9,9 +9,7 @@ marked for both modes also run with it on when the installed PgBouncer keeps pre
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -42,7 +40,7 @@ from django_workhorse.scheduler import enqueue_due_schedules
 from django_workhorse.worker import Worker
 from tests.conftest import race
 from tests.pgbouncer import POOLED, POOLED_SINGLE, PgBouncer
-from tests.processes import WorkerProcess, subprocess_database_url
+from tests.processes import WorkerProcess, worker_spawner
 from tests.worker_tasks import CALLS, make_worker, run_worker, running, wait_for
 
 pytestmark = [
@@ -354,29 +352,12 @@ def test_a_worker_through_the_pooler_listening_on_a_direct_alias_runs_jobs_enque
 
 @pytest.fixture
 def spawn(tmp_path: Path, pgbouncer: PgBouncer) -> Iterator[Callable[..., WorkerProcess]]:
-    started: list[WorkerProcess] = []
     env = {
-        **os.environ,
-        "DATABASE_URL": subprocess_database_url(),
-        "DJANGO_SETTINGS_MODULE": "tests.settings",
         "WORKHORSE_TEST_PGBOUNCER": f"{pgbouncer.host}:{pgbouncer.port}",
         "WORKHORSE_TEST_PREPARED_STATEMENTS": "0",
     }
-
-    def start(*options: str) -> WorkerProcess:
-        log = tmp_path / f"worker-{len(started)}.log"
-        with log.open("wb") as out:
-            popen = subprocess.Popen(
-                [sys.executable, str(WORKER_MAIN), *options], cwd=ROOT, env=env, stdout=out, stderr=out
-            )
-        started.append(WorkerProcess(popen, log))
-        return started[-1]
-
-    yield start
-    for process in started:
-        if process.popen.poll() is None:
-            process.popen.kill()
-            process.popen.wait(30)
+    with worker_spawner(tmp_path, [sys.executable, str(WORKER_MAIN)], env=env) as start:
+        yield start
 
 
 def test_a_worker_process_through_the_pooler_with_a_direct_listen_database(spawn):

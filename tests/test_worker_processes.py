@@ -7,9 +7,7 @@ the test then signals the process and reads the outcome from the database.
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,7 +17,7 @@ from django.utils import timezone
 
 from django_workhorse import enqueue
 from django_workhorse.models import Checkpoint, Job, JobEvent, JobStatus, WorkerRecord
-from tests.processes import WorkerProcess, subprocess_database_url
+from tests.processes import WorkerProcess, worker_spawner
 from tests.worker_tasks import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -33,23 +31,8 @@ COMMON = ("--poll-interval", "0.05", "--listen-database", "none")
 @pytest.fixture
 def spawn(tmp_path: Path) -> Iterator[Callable[..., WorkerProcess]]:
     """Start ``tests/worker_main.py`` with the given options; kill what is left at the end."""
-    started: list[WorkerProcess] = []
-    env = {**os.environ, "DATABASE_URL": subprocess_database_url(), "DJANGO_SETTINGS_MODULE": "tests.settings"}
-
-    def start(*options: str) -> WorkerProcess:
-        log = tmp_path / f"worker-{len(started)}.log"
-        with log.open("wb") as out:
-            popen = subprocess.Popen(
-                [sys.executable, str(WORKER_MAIN), *COMMON, *options], cwd=ROOT, env=env, stdout=out, stderr=out
-            )
-        started.append(WorkerProcess(popen, log))
-        return started[-1]
-
-    yield start
-    for process in started:
-        if process.popen.poll() is None:
-            process.popen.kill()
-            process.popen.wait(30)
+    with worker_spawner(tmp_path, [sys.executable, str(WORKER_MAIN), *COMMON]) as start:
+        yield start
 
 
 def handler_started(job_id: int, attempt: int = 1) -> bool:
