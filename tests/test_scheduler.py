@@ -196,7 +196,10 @@ def test_settings_are_read_at_each_evaluation_and_removed_schedules_are_kept_ina
         assert ticks_of() == [T0 + minutes(5)]  # b made no tick: it is not in the code any more
     with override_settings(WORKHORSE_SCHEDULES={"a": entry(), "b": entry()}):
         enqueue_due_schedules(T0 + minutes(10))
-        assert ScheduleState.objects.get(name="b").active  # back in code: active, history kept
+        b = ScheduleState.objects.get(name="b")
+        # back in code: active, its window where it was (T0), so its tick of 12:10 is due
+        assert b.active and b.last_tick_at == T0 + minutes(10)
+        assert ticks_of() == [T0 + minutes(5), T0 + minutes(10), T0 + minutes(10)]
 
 
 @override_settings(WORKHORSE_SCHEDULES={"s": entry(kwargs={"v": 1})})
