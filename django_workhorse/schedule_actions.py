@@ -10,7 +10,6 @@ import hashlib
 import json
 import logging
 from collections.abc import Sequence
-from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -136,12 +135,8 @@ def _earlier_run(alias: str, schedule_id: int, request_id: str) -> EnqueueResult
 
 
 def _enqueue(alias: str, declared: DeclaredSchedule, request_id: str, now: datetime) -> EnqueueResult:
-    from django_workhorse.validation import prepare
-
     key = Idempotency(run_now_key(declared.name, request_id), scope=RUN_NOW_KEY_SCOPE, ttl=RUN_NOW_KEY_TTL)
-    request = declared.request({"idempotency": key})
-    prepared = replace(prepare(request.job_type, request.payload, request.options), scheduled_for=now)
-    [result] = enqueue_prepared([prepared], using=alias)
+    [result] = enqueue_prepared([declared.prepare(key, now)], using=alias)
     return result
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import Any
 
 from django.core.signals import setting_changed
@@ -25,8 +26,10 @@ from django.utils.module_loading import autodiscover_modules
 from django_workhorse import registry
 from django_workhorse.conf import app_settings
 from django_workhorse.exceptions import EnqueueValidationError, ScheduleDefinitionError
+from django_workhorse.prepared import PreparedJob
 from django_workhorse.schedules import Schedule, check_schedule_name, definition, definition_digest
-from django_workhorse.types import EnqueueOptions, EnqueueRequest
+from django_workhorse.types import EnqueueOptions, EnqueueRequest, Idempotency
+from django_workhorse.validation import prepare
 
 SETTING = "WORKHORSE_SCHEDULES"
 # The keys of a WORKHORSE_SCHEDULES entry: "task" and the fields of Schedule but its name.
@@ -66,10 +69,12 @@ class DeclaredSchedule:
     definition: dict[str, Any]
     digest: str
 
-    def request(self, options: Mapping[str, Any]) -> EnqueueRequest:
-        """Return the request one tick enqueues, with ``options`` (its key) over the task's own."""
+    def prepare(self, key: Idempotency | None, scheduled_for: datetime | None) -> PreparedJob:
+        """Return the checked job one run of the schedule enqueues: the task's request under ``key``,
+        standing for ``scheduled_for``. Raise as ``prepare`` (or the task's signature) does."""
         base = self.build(self.schedule)
-        return EnqueueRequest(base.job_type, base.payload, replace(base.options, **options))
+        options = base.options if key is None else replace(base.options, idempotency=key)
+        return replace(prepare(base.job_type, base.payload, options), scheduled_for=scheduled_for)
 
 
 @dataclass(frozen=True)
@@ -252,11 +257,8 @@ def _django_task_builder(task: str, overrides: dict[str, Any]) -> RequestBuilder
 
 def check_arguments(declared: DeclaredSchedule) -> str | None:
     """Return why a tick's request would be refused (arguments that do not fit, bounds), else None."""
-    from django_workhorse.validation import prepare
-
     try:
-        request = declared.request({})
-        prepare(request.job_type, request.payload, request.options)
+        declared.prepare(None, None)
     except (TypeError, ValueError, EnqueueValidationError, LookupError) as exc:
         return f"{type(exc).__name__}: {exc}"
     return None

@@ -201,11 +201,8 @@ def _plan(
 
 
 def _request(declared: DeclaredSchedule, tick: datetime, schedule_horizon: timedelta) -> PreparedJob:
-    from django_workhorse.validation import prepare
-
     key = Idempotency(tick_key(declared.name, tick), scope=TICK_KEY_SCOPE, ttl=tick_key_ttl(schedule_horizon))
-    request = declared.request({"idempotency": key})
-    return replace(prepare(request.job_type, request.payload, request.options), scheduled_for=tick)
+    return declared.prepare(key, tick)
 
 
 def _enqueue(alias: str, prepared: list[tuple[str, PreparedJob]], advances: dict[str, Advance]) -> list[EnqueueResult]:

@@ -144,3 +144,14 @@ def test_the_checks_run_with_manage_py_check():
     bad = {"s": {"task": TASK, "cron": "61 * * * *"}}
     with override_settings(WORKHORSE_SCHEDULES=bad), pytest.raises(SystemCheckError, match="workhorse.E203"):
         call_command("check")
+
+
+@pytest.mark.parametrize("command", ["workhorse_worker", "workhorse_scheduler"])
+def test_a_worker_or_scheduler_does_not_start_with_an_invalid_schedule(command):
+    """The commands run the system checks first (as manage.py does): the deploy stops, not the first tick."""
+    from django.core.management import call_command
+    from django.core.management.base import SystemCheckError
+
+    bad = {"s": {"task": "shop.nope", "every": timedelta(minutes=1)}}
+    with override_settings(WORKHORSE_SCHEDULES=bad), pytest.raises(SystemCheckError, match="workhorse.E205"):
+        call_command(command, "--burst" if command == "workhorse_worker" else "--once", skip_checks=False)
