@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.apps import AppConfig
+
+# The migration that first creates the database functions; post_migrate keeps them current after it.
+FUNCTIONS_MIGRATION = "0011_enqueue_one_function"
 
 
 class WorkhorseConfig(AppConfig):
@@ -14,4 +19,29 @@ class WorkhorseConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from django.db.models.signals import post_migrate
+
         from django_workhorse import checks  # noqa: F401 (registers the system checks)
+
+        post_migrate.connect(_install_functions, sender=self, dispatch_uid="workhorse.install_functions")
+
+
+def _install_functions(sender: AppConfig, using: str, **kwargs: Any) -> None:
+    """Keep the database functions enqueue calls at this version's body after every ``migrate``.
+
+    Only where migration 0011 (which creates them) is applied, or where the app's tables were made
+    without migrations (test databases built with migrations disabled); never on a database the
+    routers keep the app out of.
+    """
+    from django.db import connections, router
+    from django.db.migrations.loader import MigrationLoader
+
+    from django_workhorse import sql
+
+    if not router.allow_migrate(using, sender.label):
+        return
+    loader = MigrationLoader(connections[using], ignore_no_migrations=True)
+    migrated = sender.label in loader.migrated_apps
+    if migrated and (sender.label, FUNCTIONS_MIGRATION) not in loader.applied_migrations:
+        return
+    sql.enqueue.install_functions(using)

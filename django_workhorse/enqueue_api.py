@@ -156,6 +156,10 @@ def _alias(using: str | None) -> str:
 
 
 def _submit(requests: list[PreparedJob], alias: str, *, batch: bool) -> list[EnqueueResult]:
+    if len(requests) == 1:  # the common case, without the batch's bookkeeping
+        single: dict[int, EnqueueResult] = {}
+        _settle(alias, {0: requests[0]}, single, batch=batch)
+        return [single[0]]
     if not requests:
         return []
     firsts, repeats = _split_repeats(requests)
@@ -294,7 +298,7 @@ def _repeat_of(ordinal: int, request: PreparedJob, first: PreparedJob, first_res
         job_id=first_result.job_id,
         mode=first.binding.mode,
         request_digest=first.binding.request_digest,
-        field_digests=first.binding.field_digests,
+        stored_field_digests=first.binding.field_digests,
         free=False,
         job_state="started",
     )

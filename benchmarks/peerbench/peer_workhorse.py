@@ -33,9 +33,12 @@ class Client:
     def __init__(self, atomic: bool):
         from contextlib import nullcontext
 
-        from django.db import transaction
+        from django.db import connection, transaction
 
         self.transaction = transaction.atomic if atomic else nullcontext
+        # Connect now, as the other peers' clients do when they are opened: the harness gives every
+        # producer time to connect before the race starts.
+        connection.ensure_connection()
 
     def enqueue_one(self, payload, task="noop"):
         from django_workhorse import enqueue

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.db import connections
+
 from django_workhorse.models import JOB_ID_SEQUENCE
 from django_workhorse.prepared import PreparedJob
 from django_workhorse.sql.connection import execute
@@ -25,6 +27,7 @@ _REQUEST_COLUMNS = (
     ("field_digests", "jsonb"), ("lifetime", "interval"), ("scheduled_for", "timestamptz"),
 )  # fmt: skip
 _COLUMNS = tuple(name for name, _ in _REQUEST_COLUMNS)
+_KINDS = dict(_REQUEST_COLUMNS)
 # Job ids are drawn up front so a binding can name its job in the same statement.
 _DRAWN = f"nextval('{JOB_ID_SEQUENCE}') AS job_id, statement_timestamp() AS now"
 # One request as scalar parameters: planning a one-row statement is cheap.
@@ -55,20 +58,32 @@ _MANY_UNKEYED_REQUESTS_CTE = "requests AS (SELECT {}, {} FROM jsonb_array_elemen
 )
 
 
-def _jobs_ctes(only: str = "", source: str = "requests") -> str:
-    """Insert the jobs of ``source`` (filtered by ``only``) and send one NOTIFY per queue for work that
+_JOB_COLUMNS = (
+    "id, job_type, queue, payload, status, priority, run_at, attempt, max_attempts, retry_policy, deadline, "
+    "timeout, concurrency_key, concurrency_limit, tags, created_at, last_error, scheduled_for"
+)
+
+
+def _job_values(value: Callable[[str], str], job_id: str, now: str) -> str:
+    """What a new job row holds, in _JOB_COLUMNS order; ``value(name)`` reads a request column."""
+    run_at = f"coalesce({value('run_at')}, {now} + coalesce({value('delay')}, interval '0'))"
+    return (
+        f"{job_id}, {value('job_type')}, {value('queue')}, {value('payload')}, 'queued', {value('priority')}, "
+        f"{run_at}, 0, {value('max_attempts')}, {value('retry_policy')}, {value('deadline')}, {value('timeout')}, "
+        f"{value('concurrency_key')}, {value('concurrency_limit')}, {value('tags')}, {now}, '', "
+        f"{value('scheduled_for')}"
+    )
+
+
+def _jobs_ctes(only: str = "") -> str:
+    """Insert the jobs of ``requests`` (filtered by ``only``) and send one NOTIFY per queue for work that
     is ready now (PostgreSQL delivers it at commit, drops it on rollback). The job row's
     ``created_at`` is the enqueue's record: no event row is written for it (decision 0013)."""
     return f"""
 jobs AS (
-    INSERT INTO workhorse_job (
-        id, job_type, queue, payload, status, priority, run_at, attempt, max_attempts,
-        retry_policy, deadline, timeout, concurrency_key, concurrency_limit, tags, created_at, last_error,
-        scheduled_for)
-    SELECT job_id, job_type, queue, payload, 'queued', priority,
-           coalesce(run_at, now + coalesce(delay, interval '0')), 0, max_attempts,
-           retry_policy, deadline, timeout, concurrency_key, concurrency_limit, tags, now, '', scheduled_for
-    FROM {source}
+    INSERT INTO workhorse_job ({_JOB_COLUMNS})
+    SELECT {_job_values(str, "job_id", "now")}
+    FROM requests
     {only}
     RETURNING id, queue, run_at, created_at
 ),
@@ -78,20 +93,24 @@ notified AS (
 )"""
 
 
-def _accepted(source: str = "requests") -> str:
-    """The accepted requests of ``source``; referencing `notified` makes PostgreSQL run it."""
-    return f"""
-SELECT {source}.ordinal, {source}.job_id, true, NULL::text, NULL::bytea, NULL::jsonb, NULL::boolean, NULL::text
-FROM {source} JOIN jobs ON jobs.id = {source}.job_id
+# A single job notifies its queue from RETURNING when it is ready now: the statement has no other
+# node to plan or start. Callers return the column (`notified`), so it is computed.
+_NOTIFY_ONE = "CASE WHEN run_at <= created_at THEN pg_notify({channel}, queue) IS NULL END AS notified"
+
+
+# The accepted requests; referencing `notified` makes PostgreSQL run it.
+_ACCEPTED = """
+SELECT requests.ordinal, requests.job_id, true, NULL::text, NULL::bytea, NULL::jsonb, NULL::boolean, NULL::text
+FROM requests JOIN jobs ON jobs.id = requests.job_id
 CROSS JOIN (SELECT count(*) FROM notified) AS notifications"""
 
 
-_ACCEPTED = _accepted()
-
-
 # enqueue_unkeyed: requests without a key only ever insert; skipping the binding CTEs makes the
-# statement noticeably cheaper to run.
-ENQUEUE_ONE_UNKEYED = f"WITH {_ONE_REQUEST_CTE},{_jobs_ctes()}{_ACCEPTED}"
+# statement noticeably cheaper to run, and a single one is a plain INSERT .. VALUES.
+ENQUEUE_ONE_UNKEYED = f"""
+INSERT INTO workhorse_job ({_JOB_COLUMNS})
+VALUES ({_job_values(lambda name: f"%({name})s::{_KINDS[name]}", f"nextval('{JOB_ID_SEQUENCE}')", "statement_timestamp()")})
+RETURNING %(ordinal)s::int, id, true, {_NOTIFY_ONE.format(channel="%(channel)s")}"""
 ENQUEUE_MANY_UNKEYED = f"WITH {_MANY_UNKEYED_REQUESTS_CTE},{_jobs_ctes()}{_ACCEPTED}"
 
 
@@ -100,22 +119,17 @@ ENQUEUE_MANY_UNKEYED = f"WITH {_MANY_UNKEYED_REQUESTS_CTE},{_jobs_ctes()}{_ACCEP
 # alone (ON CONFLICT DO NOTHING on workhorse_binding_scope_key_hash_uniq, which waits for an
 # in-flight owner to commit or roll back). Returns one row per accepted request and one per
 # request whose existing binding this statement's snapshot can see.
-def _bind(source: str = "requests") -> str:
-    """Bind the keys of ``source``'s keyed rows to their drawn job ids, leaving keys bound already."""
-    return f"""
+_BIND = """
 bound AS (
     INSERT INTO workhorse_binding (
         scope, key_hash, key_preview, mode, request_digest, field_digests, job_id, created_at, expires_at)
     SELECT scope, key_hash, key_preview, mode, request_digest, field_digests, job_id, now, now + lifetime
-    FROM {source}
+    FROM requests
     WHERE key_hash IS NOT NULL
     ORDER BY scope, key_hash
     ON CONFLICT (scope, key_hash) DO NOTHING
     RETURNING job_id
 ),"""
-
-
-_BIND = _bind()
 _EXISTING = """
 UNION ALL
 SELECT requests.ordinal, {columns}
@@ -130,35 +144,83 @@ WHERE requests.job_id NOT IN (SELECT job_id FROM bound)
 )
 _ONLY_UNKEYED_OR_BOUND = "WHERE key_hash IS NULL OR job_id IN (SELECT job_id FROM bound)"
 
-# enqueue_one: one keyed request, looking first. A binding the statement's snapshot sees (`seen`)
-# answers at once: nothing is drawn, inserted or locked, so a replay costs one probe of
-# workhorse_binding_scope_key_hash_uniq and writes nothing. Only a key not seen draws a job id
-# (`drawn` has a row only then) and tries to bind it as ENQUEUE does; a binding committed after
-# the snapshot (ON CONFLICT saw it, `seen` did not) comes back as no row, for find_bindings.
-_SEEN = """
-seen AS (
-    SELECT requests.ordinal, {columns}
-    FROM requests
-    JOIN workhorse_binding AS binding USING (scope, key_hash)
+# enqueue_one: one keyed request, in the PL/pgSQL function workhorse_enqueue_one (decision 0014),
+# so that a replay costs what a lookup costs: the statement that inserts is planned and started only
+# when the key is not seen. The function runs three statements, each in a fresh snapshot under READ
+# COMMITTED: look the key up (a probe of workhorse_binding_scope_key_hash_uniq; a binding found is
+# returned as it is, nothing drawn, inserted or locked); otherwise draw a job id and bind it as
+# ENQUEUE does (ON CONFLICT DO NOTHING, waiting for an in-flight owner); if another transaction bound
+# the key in between, look again and return its binding. No row at all means the binding vanished
+# meanwhile (pruned, purged): find_bindings and the caller's next round deal with it, as for a batch.
+# Its parameters arrive as text, cast only by the statement that inserts: a replay parses none of
+# them (binding twenty typed parameters costs a replay about as much as its lookup).
+_FUNCTION_TYPES = {"ordinal": "int", "key_hash": "bytea", "request_digest": "bytea"}
+_FROM_TEXT = {
+    "int": "{v}::int",
+    "text": "{v}",
+    "jsonb": "{v}::jsonb",
+    "timestamptz": "{v}::timestamptz",
+    "interval": "{v}::bigint * interval '1 microsecond'",
+    "bytea": "{v}",
+}
+_FUNCTION_PARAMS = (
+    *((f"p_{name}", _FUNCTION_TYPES.get(name, "text")) for name, _ in _REQUEST_COLUMNS),
+    ("p_channel", "text"),
+)
+_LOOKUP = """
+    SELECT p_ordinal, {columns}
+    FROM workhorse_binding AS binding
     JOIN workhorse_job AS job ON job.id = binding.job_id
-),
-drawn AS (
-    SELECT requests.*, nextval('{sequence}') AS job_id FROM requests WHERE NOT EXISTS (SELECT FROM seen)
-),""".format(
-    columns=_BINDING_COLUMNS.format(
-        free=_FREE.format(now="requests.now") + " AS free", state=_JOB_STATE.format(now="requests.now") + " AS state"
+    WHERE binding.scope = p_scope AND binding.key_hash = p_key_hash""".format(
+    columns=_BINDING_COLUMNS.replace(
+        "binding.job_id, binding.mode,", "binding.job_id, false, binding.mode::text,"
+    ).format(free=_FREE.format(now="statement_timestamp()"), state=_JOB_STATE.format(now="statement_timestamp()"))
+)
+
+
+def _from_text(name: str) -> str:
+    return _FROM_TEXT[_KINDS[name]].format(v=f"p_{name}")
+
+
+# The key's binding and its job, one row each: the job is inserted only if the binding was.
+_BIND_ONE = f"""WITH bound AS (
+        INSERT INTO workhorse_binding (
+            scope, key_hash, key_preview, mode, request_digest, field_digests, job_id, created_at, expires_at)
+        VALUES (p_scope, p_key_hash, p_key_preview, p_mode, p_request_digest, {_from_text("field_digests")},
+                nextval('{JOB_ID_SEQUENCE}'), statement_timestamp(), statement_timestamp() + {_from_text("lifetime")})
+        ON CONFLICT (scope, key_hash) DO NOTHING
+        RETURNING job_id
     ),
-    sequence=JOB_ID_SEQUENCE,
+    jobs AS (
+        INSERT INTO workhorse_job ({_JOB_COLUMNS})
+        SELECT {_job_values(_from_text, "bound.job_id", "statement_timestamp()")} FROM bound
+        RETURNING id, {_NOTIFY_ONE.format(channel="p_channel")}
+    )
+    SELECT p_ordinal, id, true, NULL::text, NULL::bytea, NULL::jsonb, notified, NULL::text FROM jobs"""
+ENQUEUE_ONE_FUNCTION = "workhorse_enqueue_one"
+CREATE_ENQUEUE_ONE_FUNCTION = f"""
+CREATE OR REPLACE FUNCTION {ENQUEUE_ONE_FUNCTION}({", ".join(f"{name} {kind}" for name, kind in _FUNCTION_PARAMS)})
+RETURNS TABLE (ordinal int, job_id bigint, accepted boolean, mode text, request_digest bytea,
+               field_digests jsonb, free boolean, state text)
+LANGUAGE plpgsql VOLATILE AS $function$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY {_LOOKUP};
+    IF FOUND THEN
+        RETURN;
+    END IF;
+    RETURN QUERY {_BIND_ONE};
+    IF FOUND THEN
+        RETURN;
+    END IF;
+    RETURN QUERY {_LOOKUP};
+END
+$function$"""
+DROP_ENQUEUE_ONE_FUNCTION = (
+    f"DROP FUNCTION IF EXISTS {ENQUEUE_ONE_FUNCTION}({', '.join(kind for _, kind in _FUNCTION_PARAMS)})"
 )
-_ONE_KEYED_REQUEST_CTE = "requests AS (SELECT {}, statement_timestamp() AS now)".format(
-    ", ".join(f"%({name})s::{kind} AS {name}" for name, kind in _REQUEST_COLUMNS)
-)
-_SEEN_ROWS = """
-UNION ALL
-SELECT ordinal, job_id, false, mode, request_digest, field_digests, free, state FROM seen"""
-ENQUEUE_ONE = (
-    f"WITH {_ONE_KEYED_REQUEST_CTE},{_SEEN}{_bind('drawn')}"
-    f"{_jobs_ctes('WHERE job_id IN (SELECT job_id FROM bound)', source='drawn')}{_accepted('drawn')}{_SEEN_ROWS}"
+ENQUEUE_ONE = "SELECT * FROM {}({})".format(
+    ENQUEUE_ONE_FUNCTION, ", ".join(f"%({name[2:]})s::{kind}" for name, kind in _FUNCTION_PARAMS)
 )
 ENQUEUE_MANY = f"WITH {_MANY_REQUESTS_CTE},{_BIND}{_jobs_ctes(_ONLY_UNKEYED_OR_BOUND)}{_ACCEPTED}{_EXISTING}"
 
@@ -238,17 +300,24 @@ JOIN workhorse_job AS job ON job.id = binding.job_id
 )
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class ExistingBinding:
-    """A binding found in the way of a request."""
+    """A binding found in the way of a request (slotted, not frozen: one is built per replay)."""
 
     ordinal: int
     job_id: int
     mode: str
     request_digest: bytes
-    field_digests: dict[str, str]
+    # The stored field digests, as the connection returned them: JSON text is decoded only when a
+    # conflict names the differing fields (a replay never needs them).
+    stored_field_digests: dict[str, str] | str
     free: bool  # it owns nothing any more: the next request takes the key over
     job_state: str  # 'open', 'due' or 'started' (see _JOB_STATE)
+
+    @property
+    def field_digests(self) -> dict[str, str]:
+        digests = self.stored_field_digests
+        return json.loads(digests) if isinstance(digests, str) else digests
 
 
 @dataclass
@@ -263,8 +332,10 @@ def enqueue_rows(alias: str, rows: Sequence[tuple[int, PreparedJob]], channel: s
     """Run ENQUEUE for ``(ordinal, request)`` pairs."""
     result = EnqueueRows(accepted={}, existing={})
     keyed = any(request.binding is not None for _, request in rows)
-    if len(rows) == 1:
-        statement, params = ENQUEUE_ONE if keyed else ENQUEUE_ONE_UNKEYED, _one_request_params(rows[0], channel)
+    if len(rows) == 1 and keyed:
+        statement, params = ENQUEUE_ONE, _function_params(*rows[0], channel)
+    elif len(rows) == 1:
+        statement, params = ENQUEUE_ONE_UNKEYED, _one_request_params(rows[0], channel)
     else:
         statement, params = ENQUEUE_MANY if keyed else ENQUEUE_MANY_UNKEYED, _request_params(rows, channel, keyed)
     for row in execute(alias, statement, params):
@@ -297,6 +368,16 @@ def replace_debounced(alias: str, ordinal: int, request: PreparedJob, seen_job_i
     return bool(execute(alias, REPLACE_DEBOUNCED, params))
 
 
+def install_functions(alias: str) -> None:
+    """Create (or replace with this version's body) the functions enqueue calls, on ``alias``.
+
+    Migration 0011 creates them; every ``migrate`` replaces them with the installed code's body
+    (``post_migrate``), so a release that changes a body needs no migration of its own.
+    """
+    with connections[alias].cursor() as cursor:
+        cursor.execute(CREATE_ENQUEUE_ONE_FUNCTION)
+
+
 def find_bindings(alias: str, rows: Sequence[tuple[int, PreparedJob]]) -> dict[int, ExistingBinding]:
     """Run FIND_BINDINGS for keyed ``(ordinal, request)`` pairs."""
     bindings = [(ordinal, request.binding) for ordinal, request in rows if request.binding is not None]
@@ -319,6 +400,32 @@ def _request_values(ordinal: int, job: PreparedJob) -> tuple[Any, ...]:
         binding and _json_digests(binding.field_digests), binding and binding.lifetime,
         job.scheduled_for,
     )  # fmt: skip
+
+
+def _function_params(ordinal: int, job: PreparedJob, channel: str) -> dict[str, Any]:
+    """Return one keyed request's parameters for ENQUEUE_ONE: text, as the function casts them."""
+    binding = job.binding
+    assert binding is not None
+    return {
+        "ordinal": ordinal, "job_type": job.job_type, "queue": job.queue, "payload": job.payload_json,
+        "priority": str(job.priority), "run_at": _text_time(job.run_at), "delay": _text_micros(job.delay),
+        "tags": _json_tags(job.tags), "max_attempts": str(job.max_attempts), "retry_policy": job.retry_policy_json,
+        "deadline": _text_time(job.deadline), "timeout": _text_micros(job.timeout),
+        "concurrency_key": job.concurrency_key,
+        "concurrency_limit": None if job.concurrency_limit is None else str(job.concurrency_limit),
+        "scope": binding.scope, "key_hash": binding.key_hash, "key_preview": binding.key_preview,
+        "mode": binding.mode.value, "request_digest": binding.request_digest,
+        "field_digests": _json_digests(binding.field_digests), "lifetime": _text_micros(binding.lifetime),
+        "scheduled_for": _text_time(job.scheduled_for), "channel": channel,
+    }  # fmt: skip
+
+
+def _text_time(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat()
+
+
+def _text_micros(value: timedelta | None) -> str | None:
+    return None if value is None else str(value // timedelta(microseconds=1))
 
 
 def _one_request_params(row: tuple[int, PreparedJob], channel: str) -> dict[str, Any]:
@@ -390,14 +497,4 @@ def _json_micros(value: timedelta | None) -> str:
 
 def _existing(ordinal: int, values: Sequence[Any]) -> ExistingBinding:
     job_id, mode, digest, field_digests, free, job_state = values
-    if isinstance(field_digests, str):
-        field_digests = json.loads(field_digests)
-    return ExistingBinding(
-        ordinal=ordinal,
-        job_id=job_id,
-        mode=mode,
-        request_digest=bytes(digest),
-        field_digests=field_digests,
-        free=bool(free),
-        job_state=job_state,
-    )
+    return ExistingBinding(ordinal, job_id, mode, bytes(digest), field_digests, bool(free), job_state)

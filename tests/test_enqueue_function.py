@@ -1,0 +1,58 @@
+"""The PL/pgSQL function a single keyed enqueue calls: installed by migrate, kept at this version's body."""
+
+from __future__ import annotations
+
+import pytest
+from django.core.management import call_command
+from django.db import DatabaseError, connection, transaction
+
+from django_workhorse import EnqueueOutcome, Idempotency, enqueue_with_result
+from django_workhorse.sql.enqueue import CREATE_ENQUEUE_ONE_FUNCTION, DROP_ENQUEUE_ONE_FUNCTION, ENQUEUE_ONE_FUNCTION
+
+pytestmark = pytest.mark.django_db
+
+KEY = Idempotency("order-1")
+
+
+def _installed_bodies() -> list[str]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT prosrc FROM pg_proc WHERE proname = %s", [ENQUEUE_ONE_FUNCTION])
+        return [row[0] for row in cursor.fetchall()]
+
+
+def test_the_database_holds_this_versions_body_once():
+    body = CREATE_ENQUEUE_ONE_FUNCTION.split("$function$")[1]
+    assert _installed_bodies() == [body]
+
+
+def test_migrate_puts_a_dropped_function_back():
+    with connection.cursor() as cursor:
+        cursor.execute(DROP_ENQUEUE_ONE_FUNCTION)
+    with pytest.raises(DatabaseError, match=ENQUEUE_ONE_FUNCTION), transaction.atomic():
+        enqueue_with_result("t", {"n": 1}, idempotency=KEY)
+
+    call_command("migrate", verbosity=0)
+
+    assert enqueue_with_result("t", {"n": 1}, idempotency=KEY).outcome == EnqueueOutcome.ACCEPTED
+    assert enqueue_with_result("t", {"n": 1}, idempotency=KEY).outcome == EnqueueOutcome.REPLAYED
+
+
+def test_migrate_replaces_a_stale_body():
+    stale = CREATE_ENQUEUE_ONE_FUNCTION.replace("RETURN QUERY", "RETURN QUERY /* an older release */", 1)
+    with connection.cursor() as cursor:
+        cursor.execute(stale)
+    assert _installed_bodies() != [CREATE_ENQUEUE_ONE_FUNCTION.split("$function$")[1]]
+
+    call_command("migrate", verbosity=0)
+
+    assert _installed_bodies() == [CREATE_ENQUEUE_ONE_FUNCTION.split("$function$")[1]]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_migrating_back_before_the_function_drops_it_and_forward_brings_it_back():
+    try:
+        call_command("migrate", "workhorse", "0010", verbosity=0)
+        assert _installed_bodies() == []
+    finally:
+        call_command("migrate", "workhorse", verbosity=0)
+    assert _installed_bodies() == [CREATE_ENQUEUE_ONE_FUNCTION.split("$function$")[1]]
