@@ -33,6 +33,8 @@ MODE_OPTIONS: dict[str, type] = {
     "throttle": Throttle,
 }
 DEBOUNCE_SCHEDULES = ("reset", "preserve")
+_KEY_MODES = {name: KeyMode(name) for name in MODE_OPTIONS}
+_MICROSECOND = timedelta(microseconds=1)
 _OPTION_NAMES = EnqueueOptions.names()
 _DEFAULT_RETRY_POLICY_JSON = canonical_json(DEFAULT_RETRY_POLICY.to_json())
 
@@ -180,7 +182,7 @@ def _bind(
     digests = {**constant.digests, "payload": payload_digest}
     window = mode.window if isinstance(mode, Debounce) else None
     return PreparedBinding(
-        mode=KeyMode(name),
+        mode=_KEY_MODES[name],
         scope=mode.scope,
         key_hash=key_hash(mode.scope, mode.key),
         key_preview=key_preview(mode.key),
@@ -330,7 +332,7 @@ def _utc(value: datetime | None) -> str | None:
 
 
 def _micros(value: timedelta | None) -> int | None:
-    return None if value is None else value // timedelta(microseconds=1)
+    return None if value is None else value // _MICROSECOND
 
 
 def _human(value: timedelta) -> str:

@@ -7,9 +7,17 @@ from datetime import timedelta
 
 import psycopg
 import pytest
-from django.db import OperationalError, connection, transaction
+from django.db import DatabaseError, OperationalError, connection, transaction
+from django.db.transaction import TransactionManagementError
 
-from django_workhorse import EnqueueIdempotencyConflictError, EnqueueOutcome, Idempotency, enqueue, enqueue_with_result
+from django_workhorse import (
+    EnqueueIdempotencyConflictError,
+    EnqueueOutcome,
+    EnqueueResult,
+    Idempotency,
+    enqueue,
+    enqueue_with_result,
+)
 from django_workhorse.models import IdempotencyBinding, Job
 from tests.conftest import count_rows
 
@@ -116,3 +124,34 @@ def test_repeatable_read_producer_gets_a_serialization_failure_for_a_key_committ
         enqueue("t", {"n": 1}, idempotency=KEY)
     assert isinstance(caught.value.__cause__, psycopg.errors.SerializationFailure)
     assert Job.objects.count() == 1
+
+
+def test_an_execute_wrapper_sees_every_enqueue_statement():
+    seen: list[str] = []
+
+    def watch(execute, sql, params, many, context):
+        seen.append(sql)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(watch):
+        enqueue("t", {"n": 1}, idempotency=KEY)
+        enqueue("t", {"n": 1}, idempotency=KEY)
+        enqueue("t", {"n": 2})
+    assert len(seen) == 3 and "workhorse_enqueue_one" in seen[0]
+
+
+def test_enqueue_in_a_broken_transaction_is_refused_as_django_refuses_any_query():
+    with transaction.atomic():
+        with pytest.raises(DatabaseError), transaction.atomic(savepoint=False), connection.cursor() as cursor:
+            cursor.execute("SELECT 1/0")  # marks the outer block for rollback, as Django does
+        with pytest.raises(TransactionManagementError):
+            enqueue("t", {"n": 1}, idempotency=KEY)
+        with pytest.raises(TransactionManagementError):
+            enqueue("t", {"n": 1})
+    assert enqueue_with_result("t", {"n": 1}, idempotency=KEY).outcome == EnqueueOutcome.ACCEPTED
+
+
+def test_enqueue_after_the_connection_was_closed_opens_a_new_one():
+    first = enqueue("t", {"n": 1}, idempotency=KEY)
+    connection.close()
+    assert enqueue_with_result("t", {"n": 1}, idempotency=KEY) == EnqueueResult(first, EnqueueOutcome.REPLAYED)

@@ -4,6 +4,7 @@ as prepared statements, and LISTEN on a connection of its own."""
 from __future__ import annotations
 
 import json
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, cast
@@ -51,9 +52,42 @@ def decode_json(value: Any) -> Any:
 
 def execute(alias: str, statement: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
     """Run ``statement`` on ``alias``'s connection (in the caller's transaction); return its rows."""
-    with open_cursor(alias) as cursor:
+    connection = connections[alias]
+    if connection.queries_logged or connection.execute_wrappers or not app_settings.PREPARED_STATEMENTS:
+        with open_cursor(alias) as wrapped:
+            wrapped.execute(statement, params)
+            return list(wrapped.fetchall())
+    # Nothing watches this connection's statements (no query logging, no execute wrapper): skip
+    # Django's per-call cursor wrapper but keep what it guarantees (a live connection in this
+    # thread, no use of a broken transaction, Django's database errors), on one prepared-statement
+    # cursor kept per connection.
+    connection.ensure_connection()
+    connection.validate_thread_sharing()
+    connection.validate_no_broken_transaction()
+    with connection.wrap_database_errors:
+        cursor = _kept_cursor(connection.connection)
         cursor.execute(statement, params)
-        return list(cursor.fetchall())
+        return cursor.fetchall()
+
+
+_KEPT_CURSORS: weakref.WeakKeyDictionary[psycopg.Connection[Any], _PreparedCursor] = weakref.WeakKeyDictionary()
+
+
+def _kept_cursor(raw: psycopg.Connection[Any]) -> _PreparedCursor:
+    """The prepared-statement cursor of ``raw`` (one per psycopg connection; a connection is used by
+    one thread at a time, and a statement's rows are read before the next statement runs)."""
+    cursor = _KEPT_CURSORS.get(raw)
+    if cursor is None:
+        _enable_preparing(raw)
+        cursor = _KEPT_CURSORS[raw] = _PreparedCursor(raw)
+    return cursor
+
+
+def _enable_preparing(raw: psycopg.Connection[Any]) -> None:
+    if raw.prepare_threshold is None:
+        # Django disables preparing by default; a threshold this high prepares only what asks for
+        # it explicitly, as _PreparedCursor does.
+        raw.prepare_threshold = 2**31 - 1
 
 
 class _PreparedCursor(psycopg.Cursor[Any]):
@@ -80,9 +114,6 @@ def open_cursor(alias: str) -> CursorWrapper:
         return connection.cursor()
     connection.ensure_connection()
     with connection.wrap_database_errors:
-        if connection.connection.prepare_threshold is None:
-            # Django disables preparing by default; a threshold this high prepares only what
-            # asks for it explicitly, as _PreparedCursor does.
-            connection.connection.prepare_threshold = 2**31 - 1
+        _enable_preparing(connection.connection)
         raw = _PreparedCursor(connection.connection)
     return cast(CursorWrapper, connection._prepare_cursor(raw))  # type: ignore[attr-defined]

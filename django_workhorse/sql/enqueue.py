@@ -28,6 +28,7 @@ _REQUEST_COLUMNS = (
 )  # fmt: skip
 _COLUMNS = tuple(name for name, _ in _REQUEST_COLUMNS)
 _KINDS = dict(_REQUEST_COLUMNS)
+_MICROSECOND = timedelta(microseconds=1)
 # Job ids are drawn up front so a binding can name its job in the same statement.
 _DRAWN = f"nextval('{JOB_ID_SEQUENCE}') AS job_id, statement_timestamp() AS now"
 # One request as scalar parameters: planning a one-row statement is cheap.
@@ -425,7 +426,7 @@ def _text_time(value: datetime | None) -> str | None:
 
 
 def _text_micros(value: timedelta | None) -> str | None:
-    return None if value is None else str(value // timedelta(microseconds=1))
+    return None if value is None else str(value // _MICROSECOND)
 
 
 def _one_request_params(row: tuple[int, PreparedJob], channel: str) -> dict[str, Any]:
@@ -492,7 +493,7 @@ def _json_time(value: datetime | None) -> str:
 
 
 def _json_micros(value: timedelta | None) -> str:
-    return "null" if value is None else str(value // timedelta(microseconds=1))
+    return "null" if value is None else str(value // _MICROSECOND)
 
 
 def _existing(ordinal: int, values: Sequence[Any]) -> ExistingBinding:
