@@ -92,6 +92,19 @@ def main() -> None:
         finally:
             raw.autocommit = False
 
+    def limit_insert_in_transaction() -> float:
+        # BEGIN, the INSERT and COMMIT as three round trips: what transaction.atomic() around one
+        # statement costs on psycopg (it sends BEGIN before the first statement and waits for it).
+        raw.execute(BENCH_JOBS_DDL)
+        raw.commit()
+
+        def work() -> None:
+            for _ in range(n):
+                raw.execute(LIMIT_INSERT, (payload_json,))
+                raw.commit()
+
+        return rate(n, work)
+
     def limit_copy() -> float:
         raw.execute(BENCH_JOBS_DDL)
         raw.commit()
@@ -121,6 +134,7 @@ def main() -> None:
     raw.autocommit = False
     limits = {
         "server limit: 1-row INSERT per transaction": median_of(runs, limit_insert),
+        "server limit: BEGIN + 1-row INSERT + COMMIT": median_of(runs, limit_insert_in_transaction),
         "server limit: COPY 1000 rows per transaction": median_of(runs, limit_copy),
     }
     raw.execute("DROP TABLE bench_jobs")
@@ -129,12 +143,14 @@ def main() -> None:
     print("\n" + json.dumps(env))
     print_table("enqueue (jobs/s)", [(k, v, "jobs/s") for k, v in figures.items()])
     print_table("server limits (rows/s)", [(k, v, "rows/s") for k, v in limits.items()])
-    single, copy = limits.values()
+    single, in_transaction, copy = limits.values()
     ratios = {
         "keyed new (atomic) / single INSERT": figures["enqueue, keyed new, 1 per transaction"]["median"]
         / single["median"],
         "keyed new (autocommit) / single INSERT": figures["enqueue, keyed new, autocommit"]["median"]
         / single["median"],
+        "keyed new (atomic) / BEGIN + INSERT + COMMIT": figures["enqueue, keyed new, 1 per transaction"]["median"]
+        / in_transaction["median"],
         "enqueue_many unkeyed / COPY": figures["enqueue_many(1000), unkeyed"]["median"] / copy["median"],
     }
     print("\n" + "\n".join(f"- {k}: {v:.2f}" for k, v in ratios.items()))

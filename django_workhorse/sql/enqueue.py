@@ -38,15 +38,15 @@ _ONE_REQUEST_CTE = "requests AS (SELECT {}, {})".format(
 # How a batch row (a JSON array) yields each column: one text parameter carries the whole batch,
 # which costs far less to send than twenty arrays, and payloads arrive as jsonb without a re-parse.
 _FROM_JSON = {
-    "int": "(r->>{i})::int",
-    "text": "r->>{i}",
-    "jsonb": "r->{i}",
-    "timestamptz": "(r->>{i})::timestamptz",
-    "interval": "(r->>{i})::bigint * interval '1 microsecond'",
-    "bytea": "decode(r->>{i}, 'hex')",
+    "int": "({r}->>{i})::int",
+    "text": "{r}->>{i}",
+    "jsonb": "{r}->{i}",
+    "timestamptz": "({r}->>{i})::timestamptz",
+    "interval": "({r}->>{i})::bigint * interval '1 microsecond'",
+    "bytea": "decode({r}->>{i}, 'hex')",
 }
 _MANY_REQUESTS_CTE = "requests AS (SELECT {}, {} FROM jsonb_array_elements(%(rows)s::jsonb) AS r)".format(
-    ", ".join(f"{_FROM_JSON[kind].format(i=i)} AS {name}" for i, (name, kind) in enumerate(_REQUEST_COLUMNS)),
+    ", ".join(f"{_FROM_JSON[kind].format(r='r', i=i)} AS {name}" for i, (name, kind) in enumerate(_REQUEST_COLUMNS)),
     _DRAWN,
 )
 # A batch without keys sends only the columns a job needs (no NULLs for the binding's seven):
@@ -54,7 +54,9 @@ _MANY_REQUESTS_CTE = "requests AS (SELECT {}, {} FROM jsonb_array_elements(%(row
 _KEY_COLUMNS = ("scope", "key_hash", "key_preview", "mode", "request_digest", "field_digests", "lifetime")
 _UNKEYED_REQUEST_COLUMNS = tuple(column for column in _REQUEST_COLUMNS if column[0] not in _KEY_COLUMNS)
 _MANY_UNKEYED_REQUESTS_CTE = "requests AS (SELECT {}, {} FROM jsonb_array_elements(%(rows)s::jsonb) AS r)".format(
-    ", ".join(f"{_FROM_JSON[kind].format(i=i)} AS {name}" for i, (name, kind) in enumerate(_UNKEYED_REQUEST_COLUMNS)),
+    ", ".join(
+        f"{_FROM_JSON[kind].format(r='r', i=i)} AS {name}" for i, (name, kind) in enumerate(_UNKEYED_REQUEST_COLUMNS)
+    ),
     _DRAWN,
 )
 
@@ -153,21 +155,11 @@ _ONLY_UNKEYED_OR_BOUND = "WHERE key_hash IS NULL OR job_id IN (SELECT job_id FRO
 # ENQUEUE does (ON CONFLICT DO NOTHING, waiting for an in-flight owner); if another transaction bound
 # the key in between, look again and return its binding. No row at all means the binding vanished
 # meanwhile (pruned, purged): find_bindings and the caller's next round deal with it, as for a batch.
-# Its parameters arrive as text, cast only by the statement that inserts: a replay parses none of
-# them (binding twenty typed parameters costs a replay about as much as its lookup).
-_FUNCTION_TYPES = {"ordinal": "int", "key_hash": "bytea", "request_digest": "bytea"}
-_FROM_TEXT = {
-    "int": "{v}::int",
-    "text": "{v}",
-    "jsonb": "{v}::jsonb",
-    "timestamptz": "{v}::timestamptz",
-    "interval": "{v}::bigint * interval '1 microsecond'",
-    "bytea": "{v}",
-}
-_FUNCTION_PARAMS = (
-    *((f"p_{name}", _FUNCTION_TYPES.get(name, "text")) for name, _ in _REQUEST_COLUMNS),
-    ("p_channel", "text"),
-)
+# Besides the key it looks up, the request arrives as one JSON text in _REQUEST_COLUMNS order (a
+# batch's row), parsed only by the insert: a replay parses none of it (binding twenty typed
+# parameters cost a replay about as much as its lookup).
+_FUNCTION_PARAMS = (("p_ordinal", "int"), ("p_scope", "text"), ("p_key_hash", "bytea"), ("p_request", "text"),
+                    ("p_channel", "text"))  # fmt: skip
 _LOOKUP = """
     SELECT p_ordinal, {columns}
     FROM workhorse_binding AS binding
@@ -179,22 +171,27 @@ _LOOKUP = """
 )
 
 
-def _from_text(name: str) -> str:
-    return _FROM_TEXT[_KINDS[name]].format(v=f"p_{name}")
+_INDEX = {name: i for i, (name, _) in enumerate(_REQUEST_COLUMNS)}
+
+
+def _from_request(name: str) -> str:
+    """Read column ``name`` of the function's request (the JSON variable ``v_request``)."""
+    return _FROM_JSON[_KINDS[name]].format(r="v_request", i=_INDEX[name])
 
 
 # The key's binding and its job, one row each: the job is inserted only if the binding was.
 _BIND_ONE = f"""WITH bound AS (
         INSERT INTO workhorse_binding (
             scope, key_hash, key_preview, mode, request_digest, field_digests, job_id, created_at, expires_at)
-        VALUES (p_scope, p_key_hash, p_key_preview, p_mode, p_request_digest, {_from_text("field_digests")},
-                nextval('{JOB_ID_SEQUENCE}'), statement_timestamp(), statement_timestamp() + {_from_text("lifetime")})
+        VALUES (p_scope, p_key_hash, {_from_request("key_preview")}, {_from_request("mode")},
+                {_from_request("request_digest")}, {_from_request("field_digests")}, nextval('{JOB_ID_SEQUENCE}'),
+                statement_timestamp(), statement_timestamp() + {_from_request("lifetime")})
         ON CONFLICT (scope, key_hash) DO NOTHING
         RETURNING job_id
     ),
     jobs AS (
         INSERT INTO workhorse_job ({_JOB_COLUMNS})
-        SELECT {_job_values(_from_text, "bound.job_id", "statement_timestamp()")} FROM bound
+        SELECT {_job_values(_from_request, "bound.job_id", "statement_timestamp()")} FROM bound
         RETURNING id, {_NOTIFY_ONE.format(channel="p_channel")}
     )
     SELECT p_ordinal, id, true, NULL::text, NULL::bytea, NULL::jsonb, notified, NULL::text FROM jobs"""
@@ -205,11 +202,14 @@ RETURNS TABLE (ordinal int, job_id bigint, accepted boolean, mode text, request_
                field_digests jsonb, free boolean, state text)
 LANGUAGE plpgsql VOLATILE AS $function$
 #variable_conflict use_column
+DECLARE
+    v_request jsonb;
 BEGIN
     RETURN QUERY {_LOOKUP};
     IF FOUND THEN
         RETURN;
     END IF;
+    v_request := p_request::jsonb;
     RETURN QUERY {_BIND_ONE};
     IF FOUND THEN
         RETURN;
@@ -404,29 +404,16 @@ def _request_values(ordinal: int, job: PreparedJob) -> tuple[Any, ...]:
 
 
 def _function_params(ordinal: int, job: PreparedJob, channel: str) -> dict[str, Any]:
-    """Return one keyed request's parameters for ENQUEUE_ONE: text, as the function casts them."""
+    """Return one keyed request's parameters for ENQUEUE_ONE: its key, and the request as a batch row."""
     binding = job.binding
     assert binding is not None
     return {
-        "ordinal": ordinal, "job_type": job.job_type, "queue": job.queue, "payload": job.payload_json,
-        "priority": str(job.priority), "run_at": _text_time(job.run_at), "delay": _text_micros(job.delay),
-        "tags": _json_tags(job.tags), "max_attempts": str(job.max_attempts), "retry_policy": job.retry_policy_json,
-        "deadline": _text_time(job.deadline), "timeout": _text_micros(job.timeout),
-        "concurrency_key": job.concurrency_key,
-        "concurrency_limit": None if job.concurrency_limit is None else str(job.concurrency_limit),
-        "scope": binding.scope, "key_hash": binding.key_hash, "key_preview": binding.key_preview,
-        "mode": binding.mode.value, "request_digest": binding.request_digest,
-        "field_digests": _json_digests(binding.field_digests), "lifetime": _text_micros(binding.lifetime),
-        "scheduled_for": _text_time(job.scheduled_for), "channel": channel,
-    }  # fmt: skip
-
-
-def _text_time(value: datetime | None) -> str | None:
-    return None if value is None else value.isoformat()
-
-
-def _text_micros(value: timedelta | None) -> str | None:
-    return None if value is None else str(value // _MICROSECOND)
+        "ordinal": ordinal,
+        "scope": binding.scope,
+        "key_hash": binding.key_hash,
+        "request": _json_row(ordinal, job),
+        "channel": channel,
+    }
 
 
 def _one_request_params(row: tuple[int, PreparedJob], channel: str) -> dict[str, Any]:
