@@ -30,21 +30,26 @@ def register_handlers():
 
 
 class Client:
-    def __init__(self, atomic: bool):
+    def __init__(self, atomic: bool, keyed: bool = False):
+        import itertools
+        import uuid
         from contextlib import nullcontext
 
         from django.db import connection, transaction
 
         self.transaction = transaction.atomic if atomic else nullcontext
+        # The keyed variants give every W1 job a new idempotency key (a first request, never a replay).
+        self.new_keys = (f"{uuid.uuid4().hex}-{i}" for i in itertools.count()) if keyed else None
         # Connect now, as the other peers' clients do when they are opened: the harness gives every
         # producer time to connect before the race starts.
         connection.ensure_connection()
 
     def enqueue_one(self, payload, task="noop"):
-        from django_workhorse import enqueue
+        from django_workhorse import Idempotency, enqueue
 
+        key = None if self.new_keys is None else Idempotency(next(self.new_keys))
         with self.transaction():
-            enqueue(task, payload)
+            enqueue(task, payload, idempotency=key)
 
     def enqueue_batch(self, payloads):
         from django_workhorse import EnqueueRequest, enqueue_many
@@ -68,6 +73,7 @@ class Client:
 class WorkhorseAdapter(Adapter):
     name = "workhorse"
     atomic = False
+    keyed = False
     notes = (
         "django-workhorse: enqueue() in autocommit (binding + job + event + NOTIFY in one prepared "
         "statement); W2 enqueue_many(500), one statement; W5 Idempotency(key) with the same request "
@@ -113,7 +119,7 @@ class WorkhorseAdapter(Adapter):
             conn.execute("TRUNCATE workhorse_job CASCADE")
 
     def open_client(self):
-        return Client(self.atomic)
+        return Client(self.atomic, self.keyed)
 
     def prepare_worker(self, concurrency):
         register_handlers()
