@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import pytest
 from django.core.management import call_command
+from django.core.management.sql import emit_post_migrate_signal
 from django.db import DatabaseError, connection, transaction
+from django.db.migrations.recorder import MigrationRecorder
+from django.test import override_settings
 
 from django_workhorse import EnqueueOutcome, Idempotency, enqueue_with_result
 from django_workhorse.sql.enqueue import CREATE_ENQUEUE_ONE_FUNCTION, DROP_ENQUEUE_ONE_FUNCTION, ENQUEUE_ONE_FUNCTION
@@ -55,4 +58,15 @@ def test_migrating_back_before_the_function_drops_it_and_forward_brings_it_back(
         assert _installed_bodies() == []
     finally:
         call_command("migrate", "workhorse", verbosity=0)
+    assert _installed_bodies() == [CREATE_ENQUEUE_ONE_FUNCTION.split("$function$")[1]]
+
+
+def test_a_database_built_without_migrations_gets_the_function_after_migrate():
+    """With migrations disabled (as pytest's --nomigrations does), post_migrate still installs it."""
+    with connection.cursor() as cursor:
+        cursor.execute(DROP_ENQUEUE_ONE_FUNCTION)
+    MigrationRecorder(connection).migration_qs.filter(app="workhorse").delete()  # no migration recorded
+    with override_settings(MIGRATION_MODULES={"workhorse": None}):
+        emit_post_migrate_signal(verbosity=0, interactive=False, db="default")
+
     assert _installed_bodies() == [CREATE_ENQUEUE_ONE_FUNCTION.split("$function$")[1]]
