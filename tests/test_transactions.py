@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import threading
+import weakref
 from datetime import timedelta
 
 import psycopg
@@ -155,3 +157,12 @@ def test_enqueue_after_the_connection_was_closed_opens_a_new_one():
     first = enqueue("t", {"n": 1}, idempotency=KEY)
     connection.close()
     assert enqueue_with_result("t", {"n": 1}, idempotency=KEY) == EnqueueResult(first, EnqueueOutcome.REPLAYED)
+
+
+def test_enqueue_keeps_no_closed_connection_alive():
+    enqueue("t", {"n": 1}, idempotency=KEY)
+    closed = weakref.ref(connection.connection)
+    connection.close()
+    enqueue("t", {"n": 2})
+    gc.collect()
+    assert closed() is None

@@ -4,13 +4,13 @@ as prepared statements, and LISTEN on a connection of its own."""
 from __future__ import annotations
 
 import json
-import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, cast
 
 import psycopg
 from django.db import connections
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
 from psycopg import sql as pgsql
 
@@ -65,21 +65,24 @@ def execute(alias: str, statement: str, params: dict[str, Any]) -> list[tuple[An
     connection.validate_thread_sharing()
     connection.validate_no_broken_transaction()
     with connection.wrap_database_errors:
-        cursor = _kept_cursor(connection.connection)
+        cursor = _kept_cursor(connection)
         cursor.execute(statement, params)
         return cursor.fetchall()
 
 
-_KEPT_CURSORS: weakref.WeakKeyDictionary[psycopg.Connection[Any], _PreparedCursor] = weakref.WeakKeyDictionary()
+def _kept_cursor(connection: BaseDatabaseWrapper) -> _PreparedCursor:
+    """The prepared-statement cursor of ``connection``'s current psycopg connection.
 
-
-def _kept_cursor(raw: psycopg.Connection[Any]) -> _PreparedCursor:
-    """The prepared-statement cursor of ``raw`` (one per psycopg connection; a connection is used by
-    one thread at a time, and a statement's rows are read before the next statement runs)."""
-    cursor = _KEPT_CURSORS.get(raw)
-    if cursor is None:
+    Kept on Django's connection object (one per thread), and replaced when Django has opened a new
+    psycopg connection, so a closed one is not kept alive. A statement's rows are read before the
+    next statement runs.
+    """
+    raw = connection.connection
+    cursor: _PreparedCursor | None = getattr(connection, "_workhorse_cursor", None)
+    if cursor is None or cursor.connection is not raw:
         _enable_preparing(raw)
-        cursor = _KEPT_CURSORS[raw] = _PreparedCursor(raw)
+        cursor = _PreparedCursor(raw)
+        connection._workhorse_cursor = cursor  # type: ignore[attr-defined]
     return cursor
 
 
