@@ -75,8 +75,9 @@ class WorkhorseAdapter(Adapter):
     atomic = False
     keyed = False
     notes = (
-        "django-workhorse: enqueue() in autocommit (binding + job + event + NOTIFY in one prepared "
-        "statement); W2 enqueue_many(500), one statement; W5 Idempotency(key) with the same request "
+        "django-workhorse: enqueue() in autocommit (one prepared statement: a keyed request calls "
+        "workhorse_enqueue_one, which looks the key up and only then writes binding + job + NOTIFY; "
+        "an unkeyed one is one INSERT); W2 enqueue_many(500), one statement; W5 Idempotency(key) with the same request "
         "per key; CONN_MAX_AGE=None; worker = workhorse_worker (LISTEN/NOTIFY, threads, batch claims, "
         "one fenced outcome statement per job)"
     )
@@ -86,7 +87,9 @@ class WorkhorseAdapter(Adapter):
         "cNx2": {"procs": 2, "concurrency": 8, "desc": f"2 procs x concurrency=8, batch={BATCH}"},
     }
     batch_mode = "bulk"
-    dedup_mode = "Idempotency(key): unique (scope, key_hash) binding, INSERT .. ON CONFLICT DO NOTHING"
+    dedup_mode = (
+        "Idempotency(key): unique (scope, key_hash) binding; a lookup first, then INSERT .. ON CONFLICT DO NOTHING"
+    )
     unfinished_sql = "SELECT count(*) FROM workhorse_job WHERE status IN ('queued', 'running')"
     total_jobs_sql = "SELECT count(*) FROM workhorse_job"
     succeeded_sql = "SELECT count(*) FROM workhorse_job WHERE status = 'succeeded'"
