@@ -20,7 +20,7 @@ from django.db.models import QuerySet
 from django_workhorse import conf, sql
 from django_workhorse.conf import app_settings
 from django_workhorse.exceptions import InvalidArgumentError, JobDoesNotExist, JobNotDeadError, RedriveConflictError
-from django_workhorse.models import IdempotencyBinding, Job, JobStatus, Redrive
+from django_workhorse.models import EffectRecord, IdempotencyBinding, Job, JobStatus, Redrive
 from django_workhorse.storable import check_id, check_ids, check_text
 from django_workhorse.types import JobId
 
@@ -61,6 +61,17 @@ def release_bindings(binding_ids: Sequence[int], *, requested_by: str = "", usin
     ids = check_ids(binding_ids, "binding_ids")
     alias = using or router.db_for_write(IdempotencyBinding)
     return sql.actions.release_bindings(alias, ids, check_requested_by(requested_by))
+
+
+def release_effects(entry_ids: Sequence[int], *, using: str | None = None) -> list[int]:
+    """Delete the given ledger entries (``once()`` effects, ``@idempotent`` records); return the ids deleted.
+
+    A released key runs again: the next ``once()`` with it runs the effect, the next request with it
+    runs the view. Raise ``InvalidArgumentError`` unless ``entry_ids`` is a sequence of ints.
+    """
+    ids = check_ids(entry_ids, "entry_ids")
+    alias = using or router.db_for_write(EffectRecord)
+    return sql.effects.release_effects(alias, ids)
 
 
 # -- redrive -----------------------------------------------------------------------------------------

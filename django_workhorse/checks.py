@@ -79,6 +79,15 @@ def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
                 f"WORKHORSE_MAX_RESULT_BYTES must be an integer in {low}..{high}, got {result!r}.", id="workhorse.E009"
             )
         )
+    stored = _configured("IDEMPOTENT_RESPONSE_MAX_BYTES")
+    low, high = conf.MIN_IDEMPOTENT_RESPONSE_MAX_BYTES, conf.MAX_IDEMPOTENT_RESPONSE_MAX_BYTES
+    if not isinstance(stored, int) or isinstance(stored, bool) or not low <= stored <= high:
+        errors.append(
+            Error(
+                f"WORKHORSE_IDEMPOTENT_RESPONSE_MAX_BYTES must be an integer in {low}..{high}, got {stored!r}.",
+                id="workhorse.E209",
+            )
+        )
     channel = _configured("NOTIFY_CHANNEL")
     if not isinstance(channel, str) or not 1 <= len(channel.encode()) <= 63:
         errors.append(

@@ -67,6 +67,11 @@ MIN_SCHEDULE_EVERY, MAX_SCHEDULE_EVERY = timedelta(seconds=1), timedelta(days=36
 # A tick key is the name, "@" and a 32-character UTC instant: within MAX_KEY_BYTES.
 MAX_SCHEDULE_NAME_CHARS = 200
 MAX_SCHEDULE_NAME_BYTES = 400
+# @idempotent views: who a record belongs to, and the largest response body stored for a replay.
+MAX_IDEMPOTENT_OWNER_CHARS = 256
+DEFAULT_IDEMPOTENT_RESPONSE_MAX_BYTES = 1 * MiB
+MIN_IDEMPOTENT_RESPONSE_MAX_BYTES, MAX_IDEMPOTENT_RESPONSE_MAX_BYTES = 1024, 16 * MiB
+DEFAULT_IDEMPOTENT_TTL = timedelta(hours=24)
 
 
 class Setting(Generic[T]):
@@ -149,6 +154,10 @@ class WorkhorseSettings:
     )
     SCHEDULE_INTERVAL = Setting(
         DEFAULT_SCHEDULE_INTERVAL, "How often a worker evaluates the schedules, at most (1 s; 1 ms..1 day)."
+    )
+    IDEMPOTENT_RESPONSE_MAX_BYTES = Setting(
+        DEFAULT_IDEMPOTENT_RESPONSE_MAX_BYTES,
+        "Largest response body an @idempotent view stores for replay, in bytes (1 MiB; 1 KiB..16 MiB).",
     )
     EAGER = Setting(
         False, "Run accepted, due jobs synchronously right after enqueue (for tests); dedup stays on.", convert=bool

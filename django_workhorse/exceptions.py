@@ -217,3 +217,13 @@ class ScheduleNotFoundError(WorkhorseError, LookupError):
         self.name = name
         self.reason = reason
         super().__init__(f"schedule {name!r} {reason}")
+
+
+class IdempotentViewError(InvalidArgumentError):
+    """An ``@idempotent`` view is declared or behaves outside its bounds (a server-side error).
+
+    Raised at decoration for a bad argument (scope, ttl, wait, methods, an async view), and while a
+    request runs for an owner callable's bad value or a response that cannot be stored (streaming,
+    or larger than ``WORKHORSE_IDEMPOTENT_RESPONSE_MAX_BYTES``). In the latter case the view's
+    transaction is rolled back and its key stays free.
+    """

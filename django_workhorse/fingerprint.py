@@ -30,6 +30,21 @@ def key_hash(scope: str, key: str) -> bytes:
     return hashlib.sha256((scope + KEY_HASH_SEPARATOR + key).encode()).digest()
 
 
+def http_key_hash(scope: str, owner: str, key: str) -> bytes:
+    """Return the stored form of an HTTP ``Idempotency-Key``: ``key_hash`` over the owner and the key.
+
+    The owner is length-prefixed, so no owner and key pair reads as another; the ``http`` marker
+    keeps these hashes apart from ``once()`` keys of the same scope.
+    """
+    return key_hash(scope, f"http{KEY_HASH_SEPARATOR}{len(owner)}:{owner}{KEY_HASH_SEPARATOR}{key}")
+
+
+def derived_http_key(hashed: bytes, step: str) -> str:
+    """Return a key derived from an HTTP record's hash for one job (``step``), revealing nothing of it."""
+    digest = hashlib.sha256(hashed + KEY_HASH_SEPARATOR.encode() + step.encode()).hexdigest()
+    return f"http:{digest[:DERIVED_KEY_HEX_CHARS]}"
+
+
 def key_digest(hashed: bytes) -> str:
     """Return the 12-hex digest shown to operators and used to search for a key."""
     return hashed.hex()[:DIGEST_HEX_CHARS]

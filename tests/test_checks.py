@@ -187,6 +187,23 @@ def test_check_settings_rejects_bad_result_limit(size):
         ]
 
 
+@pytest.mark.parametrize("size", [1024, 16 * MiB], ids=["1-KiB", "16-MiB"])
+def test_check_settings_accepts_idempotent_response_limit_at_edge(size):
+    with override_settings(WORKHORSE_IDEMPOTENT_RESPONSE_MAX_BYTES=size):
+        assert check_settings() == []
+
+
+@pytest.mark.parametrize("size", [1023, 16 * MiB + 1, "1048576", True, None], ids=repr)
+def test_check_settings_rejects_bad_idempotent_response_limit(size):
+    with override_settings(WORKHORSE_IDEMPOTENT_RESPONSE_MAX_BYTES=size):
+        assert check_settings() == [
+            Error(
+                f"WORKHORSE_IDEMPOTENT_RESPONSE_MAX_BYTES must be an integer in 1024..{16 * MiB}, got {size!r}.",
+                id="workhorse.E209",
+            )
+        ]
+
+
 @pytest.mark.parametrize("prepared", [True, False])
 def test_check_settings_accepts_prepared_statements_flag(prepared):
     with override_settings(WORKHORSE_PREPARED_STATEMENTS=prepared):
@@ -215,6 +232,7 @@ def test_check_settings_rejects_a_prepared_statements_value_that_is_not_a_bool(p
         ("PREPARED_STATEMENTS", "yes", "workhorse.E010"),
         ("SCHEDULE_MAX_CATCH_UP", 0, "workhorse.E201"),
         ("SCHEDULE_INTERVAL", timedelta(0), "workhorse.E202"),
+        ("IDEMPOTENT_RESPONSE_MAX_BYTES", 0, "workhorse.E209"),
     ],
 )
 def test_checks_read_each_setting_through_app_settings(monkeypatch, name, bad, check_id):

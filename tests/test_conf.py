@@ -29,6 +29,7 @@ DEFAULTS = {
     "SCHEDULES": {},
     "SCHEDULE_MAX_CATCH_UP": 100,
     "SCHEDULE_INTERVAL": timedelta(seconds=1),
+    "IDEMPOTENT_RESPONSE_MAX_BYTES": 1024 * 1024,
 }
 OVERRIDES = {
     "MAX_PAYLOAD_BYTES": 2048,
@@ -45,6 +46,7 @@ OVERRIDES = {
     "SCHEDULES": {"s": {"task": "t", "every": timedelta(minutes=5)}},
     "SCHEDULE_MAX_CATCH_UP": 5,
     "SCHEDULE_INTERVAL": timedelta(seconds=10),
+    "IDEMPOTENT_RESPONSE_MAX_BYTES": 8192,
 }
 
 

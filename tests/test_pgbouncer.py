@@ -21,6 +21,8 @@ import psycopg
 import pytest
 from django.contrib.auth import get_user_model
 from django.db import connections, transaction
+from django.http import HttpResponse, JsonResponse
+from django.test import RequestFactory
 from django.test.utils import CaptureQueriesContext, override_settings
 
 from django_workhorse import (
@@ -34,6 +36,7 @@ from django_workhorse import (
     enqueue_with_result,
 )
 from django_workhorse import sql as workhorse_sql
+from django_workhorse.http import idempotent
 from django_workhorse.maintenance import MAINTENANCE_LEASE_NAME, run_maintenance
 from django_workhorse.models import Job, JobStatus, Lease
 from django_workhorse.scheduler import enqueue_due_schedules
@@ -317,6 +320,51 @@ def test_racing_producers_through_the_pooler_get_one_job(statement_mode):
     assert not [r for r in results if isinstance(r, BaseException)]
     assert sorted(r.outcome.value for r in results) == ["accepted"] + ["replayed"] * 7
     assert len({r.job_id for r in results}) == 1
+    assert Job.objects.using("default").count() == 1
+
+
+# -- @idempotent views ------------------------------------------------------------------------------
+
+
+def pooled_view(gate: threading.Event | None = None, entered: threading.Event | None = None) -> Callable[..., Any]:
+    @idempotent("tests.pooled", using=POOLED)
+    def view(request: Any) -> HttpResponse:
+        if entered is not None:
+            entered.set()
+        if gate is not None:
+            assert gate.wait(30)
+        job_id = enqueue("tests.record", {"n": 1}, using=POOLED)
+        return JsonResponse({"job": job_id}, status=201)
+
+    return view
+
+
+def keyed_post(key: str) -> Any:
+    return RequestFactory().post("/orders/", b"{}", content_type="application/json", HTTP_IDEMPOTENCY_KEY=key)
+
+
+def test_an_idempotent_view_through_the_pooler_replays_and_sees_a_request_in_flight(statement_mode):
+    gate, entered = threading.Event(), threading.Event()
+    view = pooled_view(gate, entered)
+    first: list[Any] = []
+
+    def run_first() -> None:
+        try:
+            first.append(view(keyed_post("k-1")))
+        finally:
+            connections.close_all()
+
+    running_first = threading.Thread(target=run_first, daemon=True)
+    running_first.start()
+    wait_for(entered.is_set, what="the first request to enter the view")
+    busy = pooled_view()(keyed_post("k-1"))  # another pooled server connection, same key
+    gate.set()
+    running_first.join(30)
+    replay = pooled_view()(keyed_post("k-1"))
+
+    assert busy.status_code == 409
+    assert (first[0].status_code, replay.status_code, replay["Idempotent-Replayed"]) == (201, 201, "true")
+    assert replay.content == first[0].content
     assert Job.objects.using("default").count() == 1
 
 

@@ -1,4 +1,5 @@
-"""The operator's Django admin: jobs, dead letters, idempotency bindings, workers, schedules and a dashboard.
+"""The operator's Django admin: jobs, dead letters, idempotency bindings, the effect ledger, workers, schedules
+and a dashboard.
 
 Everything is read-only by hand. Changing actions (cancel, run now, redrive, purge, release) each
 need their own permission, are checked server-side, and record the acting user in the job's events
@@ -10,7 +11,7 @@ One module per subject:
   who acts and may act;
 - ``display``: how stored values show (JSON, error summaries, event details, job links);
 - ``confirmation``: the one preview page of the actions that ask for confirmation, and its request id;
-- ``jobs``, ``dead_letters``, ``bindings``, ``workers``, ``schedules``: one admin each, with its filters
+- ``jobs``, ``dead_letters``, ``bindings``, ``ledger``, ``workers``, ``schedules``: one admin each, with its filters
   and actions;
 - ``dashboard``: the dashboard page and the layout of its throughput chart.
 
@@ -21,12 +22,13 @@ from __future__ import annotations
 
 from django.contrib import admin
 
-from django_workhorse.models import DeadJob, IdempotencyBinding, Job, ScheduleState, WorkerRecord
+from django_workhorse.models import DeadJob, EffectRecord, IdempotencyBinding, Job, ScheduleState, WorkerRecord
 
 from .bindings import BindingAdmin, FindKeyForm
 from .dead_letters import DeadJobAdmin
 from .display import JSON_DISPLAY_CHARS
 from .jobs import JobAdmin
+from .ledger import LedgerAdmin
 from .schedules import ScheduleAdmin
 from .workers import WorkerAdmin
 
@@ -36,6 +38,7 @@ __all__ = [
     "DeadJobAdmin",
     "FindKeyForm",
     "JobAdmin",
+    "LedgerAdmin",
     "ScheduleAdmin",
     "WorkerAdmin",
 ]
@@ -43,5 +46,6 @@ __all__ = [
 admin.site.register(Job, JobAdmin)
 admin.site.register(DeadJob, DeadJobAdmin)
 admin.site.register(IdempotencyBinding, BindingAdmin)
+admin.site.register(EffectRecord, LedgerAdmin)
 admin.site.register(WorkerRecord, WorkerAdmin)
 admin.site.register(ScheduleState, ScheduleAdmin)

@@ -24,7 +24,7 @@ from django.views.decorators.debug import sensitive_post_parameters
 from django_workhorse import conf
 from django_workhorse.actions import release_bindings
 from django_workhorse.fingerprint import key_hash
-from django_workhorse.models import IdempotencyBinding
+from django_workhorse.models import HashedKey, IdempotencyBinding
 from django_workhorse.querysets import free_binding_q
 from django_workhorse.storable import check_text
 
@@ -35,14 +35,14 @@ from .display import job_anchor
 HEX_DIGEST = re.compile(r"(?:[0-9a-f]{2}){1,32}")
 
 
-def digest_prefix_filter(term: str, *, of_jobs: bool = False) -> Q | None:
-    """Match bindings (or, with ``of_jobs``, their jobs) whose key hash starts with the hex ``term``
-    (a 12-hex digest, or longer); None when ``term`` is not hex."""
+def digest_prefix_filter(term: str, *, of_jobs: bool = False, model: type[HashedKey] = IdempotencyBinding) -> Q | None:
+    """Match rows of ``model`` (bindings, or ledger entries) whose key hash starts with the hex ``term``
+    (a 12-hex digest, or longer), or with ``of_jobs`` the bindings' jobs; None when ``term`` is not hex."""
     term = term.strip().lower()
     if not HEX_DIGEST.fullmatch(term):
         return None
     prefix = Func(F("key_hash"), Value(1), Value(len(term) // 2), function="substring", output_field=BinaryField())
-    matching = IdempotencyBinding.objects.annotate(prefix=prefix).filter(prefix=bytes.fromhex(term))
+    matching = model._default_manager.annotate(prefix=prefix).filter(prefix=bytes.fromhex(term))
     return Q(pk__in=matching.values("job_id" if of_jobs else "pk"))
 
 

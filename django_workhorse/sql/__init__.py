@@ -3,7 +3,8 @@
 PostgreSQL-specific SQL lives in this package and nowhere else (a test enforces it), one module per
 concern, and callers name the concern: ``sql.enqueue`` (enqueue), ``sql.claims`` (the worker:
 claims, outcomes, leases, checkpoints), ``sql.actions`` (operator actions), ``sql.housekeeping``
-(purge, pruning, the worker registry), ``sql.leases`` (named leases: the maintenance lease), ``sql.effects`` (the effect ledger), ``sql.schedules`` (periodic schedules' state),
+(purge, pruning, the worker registry), ``sql.leases`` (named leases: the maintenance lease), ``sql.effects`` (the effect ledger),
+``sql.http_records`` (``@idempotent`` views' records, on the ledger's table), ``sql.schedules`` (periodic schedules' state),
 ``sql.keys`` (the fragments that decide who owns a key) and ``sql.connection`` (how statements
 run, and LISTEN). Each statement is a named constant with a comment saying what it does and which
 constraint or index it relies on. Parameters are always bound (``%(name)s``), never formatted in.
@@ -11,6 +12,28 @@ constraint or index it relies on. Parameters are always bound (``%(name)s``), ne
 
 from __future__ import annotations
 
-from django_workhorse.sql import actions, claims, connection, effects, enqueue, housekeeping, keys, leases, schedules
+from django_workhorse.sql import (
+    actions,
+    claims,
+    connection,
+    effects,
+    enqueue,
+    housekeeping,
+    http_records,
+    keys,
+    leases,
+    schedules,
+)
 
-__all__ = ["actions", "claims", "connection", "effects", "enqueue", "housekeeping", "keys", "leases", "schedules"]
+__all__ = [
+    "actions",
+    "claims",
+    "connection",
+    "effects",
+    "enqueue",
+    "housekeeping",
+    "http_records",
+    "keys",
+    "leases",
+    "schedules",
+]

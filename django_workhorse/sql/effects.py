@@ -76,6 +76,14 @@ WHERE id IN (
 """
 
 
+# release_effects: delete the given ledger entries (an operator's release), so their keys run again.
+# An entry whose claim has not committed is invisible here and stays; RETURNING names what went.
+RELEASE_EFFECTS = """
+DELETE FROM workhorse_effect WHERE id = ANY(%(ids)s::bigint[])
+RETURNING id
+"""
+
+
 @dataclass(frozen=True)
 class EffectEntry:
     """A ledger entry as a statement saw it: ``claimed`` by this transaction, or someone else's."""
@@ -115,3 +123,8 @@ def store_effect(alias: str, *, entry_id: int, result_json: str, retention: time
 def prune_expired_effects(alias: str, *, limit: int) -> int:
     """Run PRUNE_EXPIRED_EFFECTS once; return how many ledger entries were deleted."""
     return run(alias, PRUNE_EXPIRED_EFFECTS, {"limit": limit})
+
+
+def release_effects(alias: str, ids: list[int]) -> list[int]:
+    """Run RELEASE_EFFECTS; return the ids of the entries deleted."""
+    return sorted(row[0] for row in execute(alias, RELEASE_EFFECTS, {"ids": ids}))

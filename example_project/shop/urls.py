@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from example_project.shop import views
+from example_project.shop import api, views
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -19,4 +19,6 @@ urlpatterns = [
     path("search-index/<int:product_id>/", views.edit_product, name="edit-product"),
     path("digest/", views.digest, name="digest"),
     path("conflict/", views.conflict, name="conflict"),
+    path("api/orders/", api.api_orders, name="api-orders"),
+    path("api/invoices/<int:invoice_id>/capture/", api.api_capture_invoice, name="api-capture-invoice"),
 ]

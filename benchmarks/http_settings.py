@@ -1,0 +1,29 @@
+"""Django settings of ``benchmarks/http_idempotency.py``'s server (gunicorn) and of the script itself.
+
+The database is DATABASE_URL, or the embedded PostgreSQL (database ``workhorse_bench``).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import environ
+
+from example_project.devdb import database_settings
+
+ROOT = Path(__file__).resolve().parent.parent
+SECRET_KEY = "http-bench-not-secret"
+DEBUG = False
+USE_TZ = True
+TIME_ZONE = "UTC"
+ALLOWED_HOSTS = ["*"]
+if os.environ.get("DATABASE_URL"):
+    DATABASES = {"default": {**environ.Env.db_url_config(os.environ["DATABASE_URL"]), "CONN_MAX_AGE": None}}
+else:
+    DATABASES = {"default": {**database_settings(ROOT, name="workhorse_bench"), "CONN_MAX_AGE": None}}
+INSTALLED_APPS = ["django.contrib.contenttypes", "django.contrib.auth", "django_workhorse"]
+MIDDLEWARE: list[str] = []
+ROOT_URLCONF = "benchmarks.http_views"
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+LOGGING_CONFIG = None

@@ -1,0 +1,136 @@
+"""The effect ledger: ``once()`` effects and ``@idempotent`` views' records, read-only; release.
+
+Raw keys are never shown nor stored: an entry shows its scope, owner, key preview and digest, and
+for an HTTP record the stored status; releasing an entry lets its key run again.
+"""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+from django.contrib import admin, messages
+from django.db.models import BooleanField, ExpressionWrapper, Q, QuerySet
+from django.db.models.functions import Now
+from django.http import HttpRequest, HttpResponse
+
+from django_workhorse.actions import release_effects
+from django_workhorse.models import EffectRecord
+
+from .base import ReadOnlyAdmin, YesNoFilter, has_permission
+from .bindings import digest_prefix_filter
+from .confirmation import Preview, confirm, confirmed_request_id
+from .display import pretty_json
+
+LEDGER_FIELDS = (
+    "kind",
+    "scope",
+    "owner",
+    "key_preview",
+    "key_digest",
+    "status_code",
+    "created_at",
+    "completed_at",
+    "expires_at",
+    "live",
+    "request_digest_hex",
+    "field_digests",
+    "stored_result",
+    "response_size",
+)
+
+RELEASE = Preview(
+    action="release",
+    title="Release ledger entries",
+    verb="Release",
+    explanation="Releasing an entry frees its key at once: the next once() with it runs the effect again, "
+    "the next request with it runs the view again. What the effect or the view did stays done.",
+    noun="ledger record",
+    columns=("kind", "key", "digest", "scope", "owner"),
+)
+
+
+class LiveFilter(YesNoFilter):
+    """Entries within their retention window, or past it (a repeat runs again; maintenance prunes them)."""
+
+    title = "state"
+    parameter_name = "state"
+    two_choices = (("live", "Live"), ("expired", "Expired"))
+
+    def condition(self) -> Any:
+        return Q(expires_at__gt=Now())
+
+
+class LedgerAdmin(ReadOnlyAdmin):
+    """Ledger entries by scope, owner, preview and digest; an HTTP record's status; release."""
+
+    list_display = [
+        "key_preview",
+        "key_digest",
+        "kind",
+        "scope",
+        "owner",
+        "status_code",
+        "created_at",
+        "expires_at",
+        "live",
+    ]
+    list_filter = ["kind", LiveFilter, ("scope", admin.AllValuesFieldListFilter)]
+    search_fields = ["scope", "owner"]
+    search_help_text = "A key digest (12 hex characters), a scope or an owner."
+    ordering = ["-id"]
+    list_per_page = 50
+    show_full_result_count = False
+    fields = LEDGER_FIELDS
+    readonly_fields = LEDGER_FIELDS
+    actions = ["release"]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
+        live = ExpressionWrapper(Q(expires_at__gt=Now()), output_field=BooleanField())
+        return super().get_queryset(request).defer("response_body").annotate(is_live=live)
+
+    def has_release_permission(self, request: HttpRequest) -> bool:
+        return has_permission(request, "release_effect")
+
+    def search_matches(self, term: str) -> Q:
+        """A scope or owner containing ``term``, or a key digest prefix."""
+        matches = Q(scope__icontains=term) | Q(owner__icontains=term)
+        if (by_digest := digest_prefix_filter(term, model=EffectRecord)) is not None:
+            matches |= by_digest
+        return matches
+
+    @admin.display(description="key digest")
+    def key_digest(self, obj: EffectRecord) -> str:
+        return obj.key_digest
+
+    @admin.display(description="request digest")
+    def request_digest_hex(self, obj: EffectRecord) -> str:
+        return bytes(obj.request_digest).hex() if obj.request_digest else "—"
+
+    @admin.display(description="result")
+    def stored_result(self, obj: EffectRecord) -> str:
+        return pretty_json(obj.result) if obj.kind == "effect" else "—"
+
+    @admin.display(description="response body")
+    def response_size(self, obj: EffectRecord) -> str:
+        body = EffectRecord.objects.filter(pk=obj.pk).values_list("response_body", flat=True).first()
+        return "—" if body is None else f"{len(bytes(body))} bytes (not shown)"
+
+    @admin.display(description="live", boolean=True)
+    def live(self, obj: Any) -> bool:
+        return bool(getattr(obj, "is_live", False))
+
+    @admin.action(description="Release selected entries…", permissions=["release"])
+    def release(self, request: HttpRequest, queryset: QuerySet[Any]) -> HttpResponse | None:
+        entries = list(queryset.order_by("id"))
+        if confirmed_request_id(request) is None:
+            rows = [(e.kind, e.key_preview, e.key_digest, e.scope, e.owner or "—") for e in entries]
+            return confirm(self, request, RELEASE, rows=rows)
+        released = release_effects([entry.pk for entry in entries])
+        gone = [entry for entry in entries if entry.pk in set(released)]
+        self.log_deletions(request, cast(Any, gone))  # deleted already: the rows as they were
+        self.message_user(
+            request,
+            f"Released {len(released)} entr{'y' if len(released) == 1 else 'ies'}; their keys run again.",
+            messages.SUCCESS,
+        )
+        return None

@@ -1,0 +1,255 @@
+"""``@idempotent``: a view answers each ``Idempotency-Key`` once, and replays that answer to retries.
+
+The record of a key and the view's writes (rows, enqueued jobs, ``once()`` effects) share one
+transaction: the response is stored exactly when the view's writes commit. The effect ledger's
+unique constraint arbitrates; the key's advisory lock tells a retry that arrives while the first
+request still runs that it is running (409), instead of making it wait for the first to commit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+import logging
+import time
+from collections.abc import Callable, Iterable
+from datetime import timedelta
+from typing import Any, TypeVar
+
+from django.db import router, transaction
+from django.http import HttpResponseBase
+
+from django_workhorse import conf, sql
+from django_workhorse.conf import app_settings
+from django_workhorse.exceptions import IdempotentViewError, KeyNotSettledError
+from django_workhorse.fingerprint import canonical_json
+from django_workhorse.http import fingerprints, responses
+from django_workhorse.http.keys import META_HEADER, MalformedKeyError, RequestIdempotency, parse_key, resolve_owner
+from django_workhorse.models import EffectRecord
+from django_workhorse.sql.http_records import HttpRecord, RecordClaim
+from django_workhorse.validation import check_duration, check_key_text
+
+logger = logging.getLogger(__name__)
+
+View = TypeVar("View", bound=Callable[..., Any])
+DEFAULT_METHODS = ("POST", "PATCH")
+ALLOWED_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+MAX_WAIT = timedelta(seconds=60)
+# While waiting for a running request with the same key: the first pause, and the longest.
+FIRST_POLL, LONGEST_POLL = 0.01, 0.25
+# A record can change hands between statements (pruned, expired and taken over); each round reads
+# it again. Needing more than a few rounds means something is badly wrong.
+MAX_ROUNDS = 8
+RETRY_AFTER_SECONDS = 1
+
+
+def idempotent(
+    scope: str,
+    *,
+    ttl: timedelta = conf.DEFAULT_IDEMPOTENT_TTL,
+    required: bool = True,
+    owner: Callable[[Any], str] | None = None,
+    wait: timedelta | float = 0,
+    methods: Iterable[str] = DEFAULT_METHODS,
+    using: str | None = None,
+) -> Callable[[View], View]:
+    """Make a view answer each ``Idempotency-Key`` (per ``scope`` and owner) once, for ``ttl``.
+
+    Decorates a function view, a view method (``def post(self, request)``, or through
+    ``method_decorator``), a DRF ``@api_view`` function (below ``@api_view``) or a DRF view or
+    viewset handler (``def create(self, request)``). Only ``methods`` (default POST and PATCH) are
+    keyed; others run the view as is. ``owner(request) -> str`` says whose record it is (default:
+    the authenticated user, ``user:<pk>``; anonymous requests share one owner). A request with the
+    key of a request still running waits up to ``wait`` (a ``timedelta`` or seconds, at most 60 s)
+    for it, then gets its response, or a 409. Raise ``IdempotentViewError`` for an argument out of
+    its bounds; see docs/http-idempotency.md for every response.
+    """
+    check_key_text(scope, "scope", conf.MAX_SCOPE_BYTES, error=IdempotentViewError)
+    check_duration(ttl, "ttl", conf.MIN_KEY_TTL, conf.MAX_KEY_TTL, error=IdempotentViewError)
+    if not isinstance(required, bool):
+        raise IdempotentViewError(field="required", bound="True or False", value=required)
+    if owner is not None and not callable(owner):
+        raise IdempotentViewError(field="owner", bound="a callable taking the request", value=type(owner).__name__)
+    waited = _wait(wait)
+    keyed = _methods(methods)
+
+    def decorate(view: View) -> View:
+        if not callable(view):
+            raise IdempotentViewError(field="view", bound="a callable", value=type(view).__name__)
+        if inspect.iscoroutinefunction(view):
+            raise IdempotentViewError(field="view", bound="a synchronous view (async views are not supported)")
+        guard = _Guard(scope=scope, ttl=ttl, required=required, owner=owner, wait=waited, using=using)
+
+        @functools.wraps(view)
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            request = _request_of(args)
+            if request is None or request.method not in keyed:
+                if request is not None:
+                    request.idempotency = None
+                return view(*args, **kwargs)
+            return guard.answer(request, lambda: view(*args, **kwargs))
+
+        return wrapped  # type: ignore[return-value]
+
+    return decorate
+
+
+class _Guard:
+    """One decorated view's settings, and how it answers one keyed request."""
+
+    def __init__(
+        self,
+        *,
+        scope: str,
+        ttl: timedelta,
+        required: bool,
+        owner: Callable[[Any], str] | None,
+        wait: float,
+        using: str | None,
+    ) -> None:
+        self.scope, self.ttl, self.required, self.owner, self.wait, self.using = (
+            scope,
+            ttl,
+            required,
+            owner,
+            wait,
+            using,
+        )
+
+    def answer(self, request: Any, run_view: Callable[[], Any]) -> Any:
+        header = request.META.get(META_HEADER)
+        if header is None:
+            if not self.required:
+                request.idempotency = None
+                return run_view()
+            return responses.problem(
+                400,
+                "idempotency-key-missing",
+                "This request needs an Idempotency-Key header (a unique value per request).",
+            )
+        try:
+            key = parse_key(header)
+        except MalformedKeyError as exc:
+            return responses.problem(400, "idempotency-key-malformed", exc.reason + ".")
+        owner = resolve_owner(request, self.owner)
+        idempotency = RequestIdempotency(key=key, scope=self.scope, owner=owner)
+        digest, digests = fingerprints.request_fingerprint(request)
+        claim = RecordClaim(
+            scope=self.scope,
+            owner=owner,
+            key_hash=idempotency.key_hash,
+            key_preview=idempotency.key_preview,
+            request_digest=digest,
+            field_digests_json=canonical_json(digests),
+            ttl=self.ttl,
+        )
+        alias = self.using or router.db_for_write(EffectRecord)
+        with transaction.atomic(using=alias):
+            record = self._claim(alias, claim)
+            if record.state == "claimed":
+                assert record.id is not None
+                request.idempotency = idempotency
+                return self._run(request, alias, record.id, run_view)
+        return self._answer_seen(record, idempotency, digest, digests)
+
+    def _claim(self, alias: str, claim: RecordClaim) -> HttpRecord:
+        """Claim the key, or return the record of another request (done, or still running)."""
+        deadline = time.monotonic() + self.wait
+        pause = FIRST_POLL
+        for _ in range(MAX_ROUNDS):
+            record = sql.http_records.claim_http_record(alias, claim)
+            while record is not None and record.state == "busy" and time.monotonic() < deadline:
+                time.sleep(min(pause, max(deadline - time.monotonic(), 0)))
+                pause = min(pause * 2, LONGEST_POLL)
+                record = sql.http_records.claim_http_record(alias, claim)
+            if record is None:  # committed after the statement's snapshot: read it again
+                continue
+            if record.state == "found" and not record.live:
+                assert record.id is not None
+                if sql.http_records.take_over_http_record(alias, claim, seen_id=record.id):
+                    return dataclasses.replace(record, state="claimed")
+                continue
+            return record
+        raise KeyNotSettledError(f"the idempotency record did not settle after {MAX_ROUNDS} rounds")
+
+    def _run(self, request: Any, alias: str, record_id: int, run_view: Callable[[], Any]) -> Any:
+        """Run the view holding the key; store its response, or roll its writes back with the claim."""
+        response = run_view()
+        if not isinstance(response, HttpResponseBase):
+            transaction.set_rollback(True, using=alias)
+            return response  # not a response: Django raises for it; nothing is stored
+        if not responses.is_stored(response.status_code):
+            transaction.set_rollback(True, using=alias)
+            logger.info("Idempotent view answered %s: not stored, its writes rolled back", response.status_code)
+            return response
+        status, headers_json, body = responses.stored_form(
+            request, response, app_settings.IDEMPOTENT_RESPONSE_MAX_BYTES
+        )
+        sql.http_records.store_http_response(
+            alias, record_id=record_id, status_code=status, headers_json=headers_json, body=body, ttl=self.ttl
+        )
+        return response
+
+    def _answer_seen(
+        self, record: HttpRecord, idempotency: RequestIdempotency, digest: bytes, digests: dict[str, str]
+    ) -> Any:
+        if record.state == "busy":
+            return _in_flight(idempotency)
+        if not record.done or record.kind != sql.http_records.KIND:
+            # This transaction's own claim (the view is nested in an @idempotent view with its own
+            # key), or an effect of once() whose key hash is this one: neither has a response.
+            return _in_flight(idempotency)
+        assert record.status_code is not None and record.body is not None
+        if record.request_digest != digest:
+            parts = fingerprints.differing_parts(record.field_digests or {}, digests)
+            return responses.problem(
+                422,
+                "idempotency-key-reused",
+                "This Idempotency-Key was used for a different request (" + ", ".join(parts) + "); "
+                "send a new key for a new request.",
+                differing=parts,
+            )
+        logger.debug("Idempotent replay %s:%s", idempotency.scope, idempotency.key_digest)
+        return responses.replay(record.status_code, record.headers or [], record.body)
+
+
+def _in_flight(idempotency: RequestIdempotency) -> Any:
+    response = responses.problem(
+        409,
+        "idempotency-key-in-flight",
+        "A request with this Idempotency-Key is still being processed; retry after it completes.",
+    )
+    response["Retry-After"] = str(RETRY_AFTER_SECONDS)
+    return response
+
+
+def _request_of(args: tuple[Any, ...]) -> Any:
+    """The request among a view's positional arguments: the first (a function view), or the second (a
+    method: ``self`` first). A DRF ``Request`` counts: it has ``META`` and ``method`` as Django's does."""
+    for candidate in args[:2]:
+        if hasattr(candidate, "META") and hasattr(candidate, "method"):
+            return candidate
+    return None
+
+
+def _wait(wait: Any) -> float:
+    seconds = wait.total_seconds() if isinstance(wait, timedelta) else wait
+    if (
+        isinstance(seconds, bool)
+        or not isinstance(seconds, (int, float))
+        or not 0 <= seconds <= MAX_WAIT.total_seconds()
+    ):
+        raise IdempotentViewError(field="wait", bound="a timedelta or seconds in 0..60 s", value=wait)
+    return float(seconds)
+
+
+def _methods(methods: Iterable[str]) -> frozenset[str]:
+    if isinstance(methods, str):
+        raise IdempotentViewError(field="methods", bound="a collection of method names, not a string", value=methods)
+    chosen = frozenset(methods)
+    if not chosen or not chosen <= ALLOWED_METHODS:
+        raise IdempotentViewError(
+            field="methods", bound="one or more of DELETE, PATCH, POST, PUT", value=sorted(map(str, chosen))
+        )
+    return chosen
