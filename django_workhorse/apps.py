@@ -6,8 +6,9 @@ from typing import Any
 
 from django.apps import AppConfig
 
-# The migration that first creates the database functions; post_migrate keeps them current after it.
-FUNCTIONS_MIGRATION = "0011_enqueue_one_function"
+# The migrations that create the database functions; post_migrate keeps each current after its own.
+FUNCTIONS_MIGRATION = "0011_enqueue_one_function"  # workhorse_enqueue_one (sql.enqueue)
+HTTP_FUNCTIONS_MIGRATION = "0012_http_records"  # workhorse_http_claim (sql.http_records)
 
 
 class WorkhorseConfig(AppConfig):
@@ -27,11 +28,12 @@ class WorkhorseConfig(AppConfig):
 
 
 def _install_functions(sender: AppConfig, using: str, **kwargs: Any) -> None:
-    """Keep the database functions enqueue calls at this version's body after every ``migrate``.
+    """Keep the database functions (enqueue's, and ``@idempotent``'s claim) at this version's body
+    after every ``migrate``.
 
-    Only where migration 0011 (which creates them) is applied, or where the app's tables were made
-    without migrations (test databases built with migrations disabled); never on a database the
-    routers keep the app out of.
+    Each only where the migration that creates it (0011, 0012) is applied, or where the app's tables
+    were made without migrations (test databases built with migrations disabled); never on a
+    database the routers keep the app out of.
     """
     from django.db import connections, router
     from django.db.migrations.loader import MigrationLoader
@@ -42,6 +44,9 @@ def _install_functions(sender: AppConfig, using: str, **kwargs: Any) -> None:
         return
     loader = MigrationLoader(connections[using], ignore_no_migrations=True)
     migrated = sender.label in loader.migrated_apps
-    if migrated and (sender.label, FUNCTIONS_MIGRATION) not in loader.applied_migrations:
-        return
-    sql.enqueue.install_functions(using)
+    for migration, install in (
+        (FUNCTIONS_MIGRATION, sql.enqueue.install_functions),
+        (HTTP_FUNCTIONS_MIGRATION, sql.http_records.install_functions),
+    ):
+        if not migrated or (sender.label, migration) in loader.applied_migrations:
+            install(using)

@@ -227,3 +227,14 @@ class IdempotentViewError(InvalidArgumentError):
     or larger than ``WORKHORSE_IDEMPOTENT_RESPONSE_MAX_BYTES``). In the latter case the view's
     transaction is rolled back and its key stays free.
     """
+
+
+class IdempotencyKeyError(WorkhorseError, ValueError):
+    """An ``Idempotency-Key`` header is not one key; ``reason`` says why, never with the value.
+
+    ``@idempotent`` answers it with a 400 problem; ``django_workhorse.http.keys.parse_key`` raises it.
+    """
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(reason)

@@ -68,7 +68,11 @@ def scenario(url: str, path: str, body: Any, changed: Any) -> dict[str, Any]:
     show("and once more", status_again, headers_again, again)
     conflict_status, conflict_headers, conflict = send(url, path, changed, key)
     show("same key, another body", conflict_status, conflict_headers, conflict)
-    return {"retry": (status, headers, first), "again": (status_again, again), "changed": (conflict_status, conflict)}
+    return {
+        "retry": (status, headers, first),
+        "again": (status_again, headers_again, again),
+        "changed": (conflict_status, conflict),
+    }
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

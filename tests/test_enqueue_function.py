@@ -10,6 +10,7 @@ from django.db.migrations.recorder import MigrationRecorder
 from django.test import override_settings
 
 from django_workhorse import EnqueueOutcome, Idempotency, enqueue_with_result
+from django_workhorse.sql import http_records
 from django_workhorse.sql.enqueue import CREATE_ENQUEUE_ONE_FUNCTION, DROP_ENQUEUE_ONE_FUNCTION, ENQUEUE_ONE_FUNCTION
 
 pytestmark = pytest.mark.django_db
@@ -70,3 +71,49 @@ def test_a_database_built_without_migrations_gets_the_function_after_migrate():
         emit_post_migrate_signal(verbosity=0, interactive=False, db="default")
 
     assert _installed_bodies() == [CREATE_ENQUEUE_ONE_FUNCTION.split("$function$")[1]]
+
+
+# -- the claim function of @idempotent views (migration 0012) --------------------------------------
+
+
+def _claim_bodies() -> list[str]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT prosrc FROM pg_proc WHERE proname = %s", [http_records.CLAIM_FUNCTION])
+        return [row[0] for row in cursor.fetchall()]
+
+
+CLAIM_BODY = http_records.CREATE_CLAIM_FUNCTION.split("$function$")[1]
+
+
+def test_migrate_puts_a_dropped_or_stale_claim_function_back():
+    with connection.cursor() as cursor:
+        cursor.execute(http_records.DROP_CLAIM_FUNCTION)
+    assert _claim_bodies() == []
+    call_command("migrate", verbosity=0)
+    assert _claim_bodies() == [CLAIM_BODY]
+
+    with connection.cursor() as cursor:
+        cursor.execute(http_records.CREATE_CLAIM_FUNCTION.replace("RETURN QUERY", "RETURN QUERY /* older */", 1))
+    call_command("migrate", verbosity=0)
+    assert _claim_bodies() == [CLAIM_BODY]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_migrating_back_before_0012_drops_the_claim_function_and_keeps_enqueues():
+    try:
+        call_command("migrate", "workhorse", "0011", verbosity=0)
+        assert _claim_bodies() == []
+        assert _installed_bodies() == [CREATE_ENQUEUE_ONE_FUNCTION.split("$function$")[1]]
+    finally:
+        call_command("migrate", "workhorse", verbosity=0)
+    assert _claim_bodies() == [CLAIM_BODY]
+
+
+def test_a_database_built_without_migrations_gets_the_claim_function_too():
+    with connection.cursor() as cursor:
+        cursor.execute(http_records.DROP_CLAIM_FUNCTION)
+    MigrationRecorder(connection).migration_qs.filter(app="workhorse").delete()
+    with override_settings(MIGRATION_MODULES={"workhorse": None}):
+        emit_post_migrate_signal(verbosity=0, interactive=False, db="default")
+
+    assert _claim_bodies() == [CLAIM_BODY]

@@ -16,9 +16,12 @@ def test_the_client_that_loses_a_response_gets_the_same_order_on_retry(live_serv
 
     outcomes = api_client.main(["--url", live_server.url, "--invoice", str(invoice.pk)])
 
+    # The retry may overtake the request it repeats (both reach the server): then the retry runs the
+    # view and the lost request gets the replay. Either way one order, and the next retry replays.
     status, headers, order = outcomes["orders"]["retry"]
-    assert (status, headers.get("idempotent-replayed")) == (201, "true")
-    assert outcomes["orders"]["again"] == (201, order)
+    assert status == 201
+    again_status, again_headers, again = outcomes["orders"]["again"]
+    assert (again_status, again_headers.get("idempotent-replayed"), again) == (201, "true", order)
     assert outcomes["orders"]["changed"][0] == 422 and outcomes["orders"]["changed"][1]["differing"] == ["body"]
     assert Order.objects.count() == 1 and Order.objects.get().pk == order["order"]
     assert headers["location"] == f"/orders/{order['order']}/"
@@ -26,7 +29,8 @@ def test_the_client_that_loses_a_response_gets_the_same_order_on_retry(live_serv
     assert confirmation.job_type == "shop.send_confirmation"
 
     status, headers, capture = outcomes["capture"]["retry"]
-    assert (status, headers.get("idempotent-replayed"), capture["invoice"]) == (202, "true", invoice.pk)
+    assert (status, capture["invoice"]) == (202, invoice.pk)
+    assert outcomes["capture"]["again"][0] == 202 and outcomes["capture"]["again"][2] == capture
     assert Job.objects.filter(job_type="shop.capture_invoice").count() == 1
     assert EffectRecord.objects.filter(kind="http").count() == 2
 

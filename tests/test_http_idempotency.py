@@ -112,7 +112,7 @@ def claim_statements_in_transaction() -> int:
         cursor.execute(
             "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
             "AND state = 'idle in transaction' AND query LIKE %s",
-            ["%pg_try_advisory_xact_lock%"],
+            ["%workhorse_http_claim%"],
         )
         return int(cursor.fetchone()[0])
 

@@ -2,13 +2,13 @@
 
 The record of a key and the view's writes (rows, enqueued jobs, ``once()`` effects) share one
 transaction: the response is stored exactly when the view's writes commit. The effect ledger's
-unique constraint arbitrates; the key's advisory lock tells a retry that arrives while the first
-request still runs that it is running (409), instead of making it wait for the first to commit.
+unique constraint arbitrates; the key's advisory lock, held from the claim to the commit, tells a
+retry that arrives while the first request still runs that it is running (409), instead of making
+it wait for the first to commit. The record is written once, with the response, when the view is done.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import inspect
 import logging
@@ -22,12 +22,12 @@ from django.http import HttpResponseBase
 
 from django_workhorse import conf, sql
 from django_workhorse.conf import app_settings
-from django_workhorse.exceptions import IdempotentViewError, KeyNotSettledError
+from django_workhorse.exceptions import IdempotencyKeyError, IdempotentViewError, KeyNotSettledError
 from django_workhorse.fingerprint import canonical_json
 from django_workhorse.http import fingerprints, responses
-from django_workhorse.http.keys import META_HEADER, MalformedKeyError, RequestIdempotency, parse_key, resolve_owner
+from django_workhorse.http.keys import META_HEADER, RequestIdempotency, parse_key, resolve_owner
 from django_workhorse.models import EffectRecord
-from django_workhorse.sql.http_records import HttpRecord, RecordClaim
+from django_workhorse.sql.http_records import HttpRecord, RecordKey
 from django_workhorse.validation import check_duration, check_key_text
 
 logger = logging.getLogger(__name__)
@@ -38,9 +38,6 @@ ALLOWED_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 MAX_WAIT = timedelta(seconds=60)
 # While waiting for a running request with the same key: the first pause, and the longest.
 FIRST_POLL, LONGEST_POLL = 0.01, 0.25
-# A record can change hands between statements (pruned, expired and taken over); each round reads
-# it again. Needing more than a few rounds means something is badly wrong.
-MAX_ROUNDS = 8
 RETRY_AFTER_SECONDS = 1
 
 
@@ -130,51 +127,43 @@ class _Guard:
             )
         try:
             key = parse_key(header)
-        except MalformedKeyError as exc:
+        except IdempotencyKeyError as exc:
             return responses.problem(400, "idempotency-key-malformed", exc.reason + ".")
         owner = resolve_owner(request, self.owner)
         idempotency = RequestIdempotency(key=key, scope=self.scope, owner=owner)
         digest, digests = fingerprints.request_fingerprint(request)
-        claim = RecordClaim(
-            scope=self.scope,
-            owner=owner,
-            key_hash=idempotency.key_hash,
-            key_preview=idempotency.key_preview,
-            request_digest=digest,
-            field_digests_json=canonical_json(digests),
-            ttl=self.ttl,
+        record_key = RecordKey(
+            scope=self.scope, owner=owner, key_hash=idempotency.key_hash, key_preview=idempotency.key_preview
         )
         alias = self.using or router.db_for_write(EffectRecord)
         with transaction.atomic(using=alias):
-            record = self._claim(alias, claim)
-            if record.state == "claimed":
-                assert record.id is not None
+            record = self._claim(alias, record_key)
+            if record.held and (record.id is None or not record.live):
                 request.idempotency = idempotency
-                return self._run(request, alias, record.id, run_view)
+                return self._run(request, alias, record_key, digest, digests, run_view)
         return self._answer_seen(record, idempotency, digest, digests)
 
-    def _claim(self, alias: str, claim: RecordClaim) -> HttpRecord:
-        """Claim the key, or return the record of another request (done, or still running)."""
+    def _claim(self, alias: str, key: RecordKey) -> HttpRecord:
+        """Take the key's lock and read its record; while another request holds it, wait up to ``wait``."""
         deadline = time.monotonic() + self.wait
         pause = FIRST_POLL
-        for _ in range(MAX_ROUNDS):
-            record = sql.http_records.claim_http_record(alias, claim)
-            while record is not None and record.state == "busy" and time.monotonic() < deadline:
-                time.sleep(min(pause, max(deadline - time.monotonic(), 0)))
-                pause = min(pause * 2, LONGEST_POLL)
-                record = sql.http_records.claim_http_record(alias, claim)
-            if record is None:  # committed after the statement's snapshot: read it again
-                continue
-            if record.state == "found" and not record.live:
-                assert record.id is not None
-                if sql.http_records.take_over_http_record(alias, claim, seen_id=record.id):
-                    return dataclasses.replace(record, state="claimed")
-                continue
-            return record
-        raise KeyNotSettledError(f"the idempotency record did not settle after {MAX_ROUNDS} rounds")
+        record = sql.http_records.claim_http_record(alias, key)
+        while not record.held and time.monotonic() < deadline:
+            time.sleep(min(pause, max(deadline - time.monotonic(), 0)))
+            pause = min(pause * 2, LONGEST_POLL)
+            record = sql.http_records.claim_http_record(alias, key)
+        return record
 
-    def _run(self, request: Any, alias: str, record_id: int, run_view: Callable[[], Any]) -> Any:
-        """Run the view holding the key; store its response, or roll its writes back with the claim."""
+    def _run(
+        self,
+        request: Any,
+        alias: str,
+        key: RecordKey,
+        digest: bytes,
+        digests: dict[str, str],
+        run_view: Callable[[], Any],
+    ) -> Any:
+        """Run the view holding the key; store its response, or roll its writes back."""
         response = run_view()
         if not isinstance(response, HttpResponseBase):
             transaction.set_rollback(True, using=alias)
@@ -186,20 +175,33 @@ class _Guard:
         status, headers_json, body = responses.stored_form(
             request, response, app_settings.IDEMPOTENT_RESPONSE_MAX_BYTES
         )
-        sql.http_records.store_http_response(
-            alias, record_id=record_id, status_code=status, headers_json=headers_json, body=body, ttl=self.ttl
+        stored = sql.http_records.store_http_record(
+            alias,
+            key,
+            request_digest=digest,
+            field_digests_json=canonical_json(digests),
+            status_code=status,
+            headers_json=headers_json,
+            body=body,
+            ttl=self.ttl,
         )
+        if not stored:
+            # The claim saw no live record, yet one is there: this transaction's own, written by an
+            # @idempotent view nested in this one with the same key. Keep neither.
+            raise KeyNotSettledError(
+                f"the idempotency record of {key.scope}:{key.key_preview} was written twice in one transaction "
+                "(an @idempotent view nested in another with the same key and owner)"
+            )
         return response
 
     def _answer_seen(
         self, record: HttpRecord, idempotency: RequestIdempotency, digest: bytes, digests: dict[str, str]
     ) -> Any:
-        if record.state == "busy":
-            return _in_flight(idempotency)
-        if not record.done or record.kind != sql.http_records.KIND:
-            # This transaction's own claim (the view is nested in an @idempotent view with its own
-            # key), or an effect of once() whose key hash is this one: neither has a response.
-            return _in_flight(idempotency)
+        if not record.held:
+            return _in_flight()
+        if record.kind != sql.http_records.KIND:
+            # An effect of once() whose key hash is this one: it has no response to give.
+            return _in_flight()
         assert record.status_code is not None and record.body is not None
         if record.request_digest != digest:
             parts = fingerprints.differing_parts(record.field_digests or {}, digests)
@@ -214,7 +216,7 @@ class _Guard:
         return responses.replay(record.status_code, record.headers or [], record.body)
 
 
-def _in_flight(idempotency: RequestIdempotency) -> Any:
+def _in_flight() -> Any:
     response = responses.problem(
         409,
         "idempotency-key-in-flight",

@@ -8,7 +8,7 @@ from datetime import timedelta
 from typing import Any
 
 from django_workhorse import conf
-from django_workhorse.exceptions import IdempotentViewError
+from django_workhorse.exceptions import IdempotencyKeyError, IdempotentViewError
 from django_workhorse.fingerprint import derived_http_key, http_key_hash, key_digest, key_preview
 from django_workhorse.types import Idempotency
 
@@ -22,18 +22,10 @@ _BARE_TOKEN = re.compile(r"[\x21\x23-\x2b\x2d-\x3a\x3c-\x5b\x5d-\x7e]+")
 _ESCAPE = re.compile(r"\\([\"\\])")
 
 
-class MalformedKeyError(ValueError):
-    """The header's value is not one key; ``reason`` says why (it never contains the value)."""
-
-    def __init__(self, reason: str) -> None:
-        self.reason = reason
-        super().__init__(reason)
-
-
 def parse_key(value: str) -> str:
     """Return the key an ``Idempotency-Key`` header carries: an sf-string, or a bare token.
 
-    Raise ``MalformedKeyError`` for anything else (several values, parameters, control characters)
+    Raise ``IdempotencyKeyError`` for anything else (several values, parameters, control characters)
     and for a key that is empty or longer than ``conf.MAX_KEY_BYTES`` bytes.
     """
     value = value.strip(" \t")
@@ -43,12 +35,12 @@ def parse_key(value: str) -> str:
     elif _BARE_TOKEN.fullmatch(value):
         key = value
     else:
-        raise MalformedKeyError(
+        raise IdempotencyKeyError(
             "the Idempotency-Key header must be one string: a quoted structured-field string "
             '("…", printable ASCII) or a bare token, without parameters or a list'
         )
     if not 1 <= len(key) <= conf.MAX_KEY_BYTES:  # printable ASCII: one byte per character
-        raise MalformedKeyError(f"the Idempotency-Key must be 1..{conf.MAX_KEY_BYTES} characters, got {len(key)}")
+        raise IdempotencyKeyError(f"the Idempotency-Key must be 1..{conf.MAX_KEY_BYTES} characters, got {len(key)}")
     return key
 
 

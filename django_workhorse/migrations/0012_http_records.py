@@ -2,6 +2,8 @@
 
 from django.db import migrations, models
 
+from django_workhorse.sql.http_records import CREATE_CLAIM_FUNCTION, DROP_CLAIM_FUNCTION
+
 
 class Migration(migrations.Migration):
     dependencies = [
@@ -69,4 +71,5 @@ class Migration(migrations.Migration):
             name="status_code",
             field=models.PositiveSmallIntegerField(blank=True, help_text="The stored response's status.", null=True),
         ),
+        migrations.RunSQL(CREATE_CLAIM_FUNCTION, DROP_CLAIM_FUNCTION),
     ]
