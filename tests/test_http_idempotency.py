@@ -651,3 +651,29 @@ def test_idempotency_of_is_the_request_idempotency_or_none():
     assert idempotency_of(plain) is None
     assert "secret-key-123456" not in repr(keyed.idempotency)  # type: ignore[attr-defined]
     assert keyed.idempotency.job_key("a") != keyed.idempotency.job_key("b")  # type: ignore[attr-defined]
+
+
+# -- inside the caller's transaction (ATOMIC_REQUESTS, or a view's own atomic block) --------------------------
+
+
+def test_inside_an_outer_transaction_a_5xx_rolls_back_only_the_view_and_the_outer_work_stays():
+    from django.db import transaction
+    from django.test import RequestFactory
+
+    from tests.http_views import create_order
+
+    CONTROL.reset()
+    CONTROL.failures = 1
+    request = RequestFactory().post(ORDERS, json.dumps(BOOK), content_type="application/json")
+    request.META["HTTP_IDEMPOTENCY_KEY"] = '"outer-1"'
+    with transaction.atomic():
+        outer = Order.objects.create(product="outer", quantity=1, placement_token=uuid.uuid4())
+        failed = create_order(request)
+        replay_free = create_order(request)  # the key is free: the view runs, and is stored
+        again = create_order(request)
+        assert Order.objects.filter(pk=outer.pk).exists()
+    assert (failed.status_code, replay_free.status_code, again.status_code) == (503, 201, 201)
+    assert again["Idempotent-Replayed"] == "true" and not replay_free.has_header("Idempotent-Replayed")
+    assert sorted(Order.objects.values_list("product", flat=True)) == ["book", "outer"]
+    assert CONTROL.runs == 2
+    CONTROL.reset()

@@ -27,6 +27,8 @@ REPLAYED_HEADERS = (
     "Expires",
     "Vary",
 )
+# RFC 9110's reason phrases of the problems we answer (Python before 3.13 names 422 by RFC 4918).
+TITLES = {400: "Bad Request", 409: "Conflict", 422: "Unprocessable Content"}
 # Statuses a retry should be able to change: "in conflict, try later" and "too many requests".
 RETRYABLE_CLIENT_STATUSES = frozenset({409, 429})
 
@@ -74,7 +76,7 @@ def problem(status: int, code: str, detail: str, **extensions: Any) -> HttpRespo
     the status phrase); ``code`` tells the problems apart and ``detail`` says what to do."""
     document = {
         "type": "about:blank",
-        "title": HTTPStatus(status).phrase,
+        "title": TITLES.get(status) or HTTPStatus(status).phrase,
         "status": status,
         "detail": detail,
         "code": code,
