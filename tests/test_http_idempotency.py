@@ -677,3 +677,43 @@ def test_inside_an_outer_transaction_a_5xx_rolls_back_only_the_view_and_the_oute
     assert sorted(Order.objects.values_list("product", flat=True)) == ["book", "outer"]
     assert CONTROL.runs == 2
     CONTROL.reset()
+
+
+def keyed_request(header: str) -> Any:
+    from django.test import RequestFactory
+
+    request = RequestFactory().post(ORDERS, json.dumps(BOOK), content_type="application/json")
+    request.META["HTTP_IDEMPOTENCY_KEY"] = header
+    return request
+
+
+def test_a_commit_that_fails_stores_nothing_and_leaves_the_key_free_and_the_connection_usable():
+    from django.db import IntegrityError
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "CREATE TABLE test_deferred_parent (id int PRIMARY KEY);"
+            "CREATE TABLE test_deferred_child (parent_id int REFERENCES test_deferred_parent "
+            "DEFERRABLE INITIALLY DEFERRED)"
+        )
+    try:
+
+        @idempotent("tests.deferred")
+        def orphan(request: Any) -> Any:
+            with connection.cursor() as cursor:
+                cursor.execute("INSERT INTO test_deferred_child VALUES (1)")  # checked at COMMIT
+            from django.http import JsonResponse
+
+            return JsonResponse({"ok": True}, status=201)
+
+        with pytest.raises(IntegrityError):
+            orphan(keyed_request('"deferred-1"'))
+
+        assert EffectRecord.objects.filter(scope="tests.deferred").count() == 0
+        with connection.cursor() as cursor:
+            cursor.execute("INSERT INTO test_deferred_parent VALUES (1)")
+        assert orphan(keyed_request('"deferred-1"')).status_code == 201  # the key was free
+        assert EffectRecord.objects.filter(scope="tests.deferred").count() == 1
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("DROP TABLE IF EXISTS test_deferred_child, test_deferred_parent")
