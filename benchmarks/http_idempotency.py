@@ -2,13 +2,15 @@
 
     python benchmarks/http_idempotency.py [--requests 1000] [--rounds 7] [--workers 1] [--json out.json]
 
-Starts gunicorn (sync-free ``gthread`` workers, keep-alive) on a loopback port with
-``benchmarks.http_views``: a view that reads a JSON body, creates a row and enqueues a job in one
-transaction, undecorated (``/plain/``) and under ``@idempotent`` (``/keyed/``). One client on one
-keep-alive connection sends, in each round and in turn, ``--requests`` requests of: the plain view;
-the keyed view with a new key each (the view runs); the keyed view with keys already answered
-(replays: the view does not run). Medians of the rounds, in requests per second; the ratios are of
-the same round.
+Starts gunicorn (``gthread`` workers, keep-alive) on a loopback port with ``benchmarks.http_views``:
+a view that reads a JSON body, creates a row and enqueues a job in one transaction, undecorated
+(``/plain/``) and under ``@idempotent`` (``/keyed/``). One client on one keep-alive connection
+sends, in each round and in turn, ``--requests`` requests of: the plain view; the keyed view with
+a new key each (the view runs); the keyed view with keys already answered (replays: the view does
+not run). Two stacks, each its own server, one after the other in the same run: ``bare`` (no
+middleware, no user) and ``project`` (``startproject``'s middleware, and a logged-in user's session
+cookie on every request). Medians of the rounds, in requests per second; the ratios are of the
+same round.
 
 Uses DATABASE_URL, or the embedded PostgreSQL (database ``workhorse_bench``).
 """
@@ -37,8 +39,14 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def start_server(port: int, workers: int) -> subprocess.Popen[bytes]:
+STACKS = ("bare", "project")
+
+
+def start_server(port: int, workers: int, stack: str) -> subprocess.Popen[bytes]:
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "benchmarks.http_settings", "PYTHONPATH": str(ROOT)}
+    env.pop("HTTP_BENCH_STACK", None)
+    if stack == "project":
+        env["HTTP_BENCH_STACK"] = "project"
     command = [
         sys.executable, "-m", "gunicorn", "django.core.wsgi:get_wsgi_application()",
         "--bind", f"127.0.0.1:{port}", "--workers", str(workers), "--worker-class", "gthread",
@@ -50,11 +58,14 @@ def start_server(port: int, workers: int) -> subprocess.Popen[bytes]:
 class Client:
     """One keep-alive HTTP/1.1 connection."""
 
-    def __init__(self, port: int) -> None:
+    def __init__(self, port: int, cookie: str | None = None) -> None:
         self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        self.cookie = cookie
 
     def post(self, path: str, key: str | None = None) -> tuple[int, bool]:
         headers = {"Content-Type": "application/json"}
+        if self.cookie is not None:
+            headers["Cookie"] = self.cookie
         if key is not None:
             headers["Idempotency-Key"] = f'"{key}"'
         self.conn.request("POST", path, body=BODY, headers=headers)
@@ -85,33 +96,34 @@ def measure(client: Client, n: int, path: str, keys: list[str] | None, *, expect
     return n / (time.perf_counter() - start)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--requests", type=int, default=1000, help="requests per measurement")
-    parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--workers", type=int, default=1, help="gunicorn worker processes")
-    parser.add_argument("--json", default=None)
-    args = parser.parse_args()
-    sys.path.insert(0, str(ROOT))
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "benchmarks.http_settings")
-    import django
+def session_cookie() -> str:
+    """A logged-in user's session cookie (the user is created once)."""
+    from django.contrib.auth import get_user_model
+    from django.contrib.sessions.backends.db import SessionStore
 
-    django.setup()
-    from django.core.management import call_command
+    user, _ = get_user_model().objects.get_or_create(username="http-bench")
+    session = SessionStore()
+    session["_auth_user_id"] = str(user.pk)
+    session["_auth_user_backend"] = "django.contrib.auth.backends.ModelBackend"
+    session["_auth_user_hash"] = user.get_session_auth_hash()
+    session.save()
+    return f"sessionid={session.session_key}"
 
-    call_command("migrate", verbosity=0)
-    from common import environment  # noqa: E402 (after Django is set up)
 
+Figures = dict[str, list[float]]
+
+
+def run_stack(stack: str, args: argparse.Namespace) -> tuple[Figures, Figures]:
+    """Serve one stack and measure its three workloads, interleaved over the rounds."""
     port = free_port()
-    server = start_server(port, args.workers)
+    server = start_server(port, args.workers, stack)
     try:
         wait_until_up(port, server)
-        client = Client(port)
+        client = Client(port, session_cookie() if stack == "project" else None)
         n = args.requests
-        figures: dict[str, list[float]] = {"plain": [], "new_key": [], "replay": []}
+        figures: Figures = {"plain": [], "new_key": [], "replay": []}
         measure(client, 200, "/plain/", None, expect_replay=False)  # warm up both views
-        warm = [uuid.uuid4().hex for _ in range(200)]
-        measure(client, 200, "/keyed/", warm, expect_replay=False)
+        measure(client, 200, "/keyed/", [uuid.uuid4().hex for _ in range(200)], expect_replay=False)
         for _ in range(args.rounds):
             keys = [uuid.uuid4().hex for _ in range(n)]
             figures["plain"].append(measure(client, n, "/plain/", None, expect_replay=False))
@@ -124,20 +136,44 @@ def main() -> None:
         "new_key_cost_over_plain": [p / k - 1 for p, k in zip(figures["plain"], figures["new_key"], strict=True)],
         "replay_over_plain": [r / p for r, p in zip(figures["replay"], figures["plain"], strict=True)],
     }
+    return figures, ratios
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--requests", type=int, default=1000, help="requests per measurement")
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--workers", type=int, default=1, help="gunicorn worker processes")
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args()
+    sys.path.insert(0, str(ROOT))
+    os.environ["DJANGO_SETTINGS_MODULE"] = "benchmarks.http_settings"
+    os.environ["HTTP_BENCH_STACK"] = "project"  # this process migrates the tables of both stacks
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+    from common import environment  # noqa: E402 (after Django is set up)
+
+    results = {stack: run_stack(stack, args) for stack in STACKS}
     env = environment()
     print("\n" + json.dumps(env))
-    print(f"\n### @idempotent through gunicorn ({args.workers} worker(s), one keep-alive client; requests/s)\n")
-    print("| view | median | [min-max] |\n|---|---|---|")
     labels = {"plain": "undecorated", "new_key": "@idempotent, new key (view runs)", "replay": "@idempotent, replay"}
-    for name, values in figures.items():
-        print(f"| {labels[name]} | **{statistics.median(values):,.0f}** | [{min(values):,.0f}-{max(values):,.0f}] |")
-    cost, speed = (statistics.median(v) for v in ratios.values())
-    print(f"\nA new key costs {cost:+.1%} over the undecorated view (target ≤ +15%); a replay runs at {speed:.2f}×")
-    print("the undecorated view (target > 1). Ratios: medians of the per-round ratios.")
+    for stack, (figures, ratios) in results.items():
+        print(f"\n### {stack} stack: gunicorn, {args.workers} worker(s), one keep-alive client (requests/s)\n")
+        print("| view | median | [min-max] |\n|---|---|---|")
+        for name, values in figures.items():
+            print(
+                f"| {labels[name]} | **{statistics.median(values):,.0f}** | [{min(values):,.0f}-{max(values):,.0f}] |"
+            )
+        cost, speed = (statistics.median(v) for v in ratios.values())
+        print(f"\nA new key costs {cost:+.1%} over the undecorated view (target ≤ +15%); a replay runs at")
+        print(f"{speed:.2f}× the undecorated view (target > 1). Ratios: medians of the per-round ratios.")
     if args.json:
-        Path(args.json).write_text(
-            json.dumps({"environment": env, "requests_per_s": figures, "ratios": ratios}, indent=2)
-        )
+        stacks = {stack: {"requests_per_s": f, "ratios": r} for stack, (f, r) in results.items()}
+        Path(args.json).write_text(json.dumps({"environment": env, **stacks}, indent=2))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,8 @@
 """Django settings of ``benchmarks/http_idempotency.py``'s server (gunicorn) and of the script itself.
 
 The database is DATABASE_URL, or the embedded PostgreSQL (database ``workhorse_bench``).
+``HTTP_BENCH_STACK=project`` adds what ``startproject`` gives a project: its middleware, sessions
+and messages; unset, the views run with no middleware at all.
 """
 
 from __future__ import annotations
@@ -24,6 +26,17 @@ else:
     DATABASES = {"default": {**database_settings(ROOT, name="workhorse_bench"), "CONN_MAX_AGE": None}}
 INSTALLED_APPS = ["django.contrib.contenttypes", "django.contrib.auth", "django_workhorse"]
 MIDDLEWARE: list[str] = []
+if os.environ.get("HTTP_BENCH_STACK") == "project":
+    INSTALLED_APPS += ["django.contrib.sessions", "django.contrib.messages"]
+    MIDDLEWARE = [  # as django-admin startproject writes it
+        "django.middleware.security.SecurityMiddleware",
+        "django.contrib.sessions.middleware.SessionMiddleware",
+        "django.middleware.common.CommonMiddleware",
+        "django.middleware.csrf.CsrfViewMiddleware",
+        "django.contrib.auth.middleware.AuthenticationMiddleware",
+        "django.contrib.messages.middleware.MessageMiddleware",
+        "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    ]
 ROOT_URLCONF = "benchmarks.http_views"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 LOGGING_CONFIG = None

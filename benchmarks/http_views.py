@@ -1,7 +1,7 @@
 """The views ``benchmarks/http_idempotency.py`` measures: the same work with and without ``@idempotent``.
 
-The work is what an order endpoint does: read a JSON body, create a row (an auth group named
-from the body, standing in for the order) and enqueue a job, in one transaction.
+The work is what an order endpoint does: read a JSON body and the request's user, create a row (an
+auth group named from them, standing in for the order) and enqueue a job, in one transaction.
 """
 
 from __future__ import annotations
@@ -23,7 +23,9 @@ register("bench.confirm", lambda payload: None)
 
 def _place(request: HttpRequest) -> JsonResponse:
     data = json.loads(request.body)
-    group = Group.objects.create(name=f"{data['product']}-{uuid.uuid4().hex}")
+    user = getattr(request, "user", None)  # with the project stack, the session's user, as a real view reads it
+    owner = user.pk if user is not None and user.is_authenticated else "anonymous"
+    group = Group.objects.create(name=f"{data['product']}-{owner}-{uuid.uuid4().hex}")
     job_id = enqueue("bench.confirm", {"group": group.pk})
     return JsonResponse({"order": group.pk, "job": job_id}, status=201)
 
