@@ -27,6 +27,7 @@ REPLAYED_HEADERS = (
     "Expires",
     "Vary",
 )
+_REPLAYED = frozenset(name.lower() for name in REPLAYED_HEADERS)
 # RFC 9110's reason phrases of the problems we answer (Python before 3.13 names 422 by RFC 4918).
 TITLES = {400: "Bad Request", 409: "Conflict", 422: "Unprocessable Content"}
 # Statuses a retry should be able to change: "in conflict, try later" and "too many requests".
@@ -57,7 +58,7 @@ def stored_form(request: Any, response: HttpResponseBase, max_bytes: int) -> tup
             bound=f"at most {max_bytes} bytes to be stored (WORKHORSE_IDEMPOTENT_RESPONSE_MAX_BYTES)",
             value=f"{len(body)} bytes",
         )
-    headers = [[name, response[name]] for name in REPLAYED_HEADERS if response.has_header(name)]
+    headers = [[name, value] for name, value in response.items() if name.lower() in _REPLAYED]
     return response.status_code, json.dumps(headers), body
 
 
