@@ -87,7 +87,10 @@ def create_order(request: HttpRequest, shop: int | None = None) -> HttpResponse:
 
 @idempotent("tests.orders", wait=timedelta(seconds=30))
 def create_order_waiting(request: HttpRequest) -> HttpResponse:
-    return JsonResponse(_place(request, json.loads(request.body or b"{}")), status=201)
+    placed = _place(request, json.loads(request.body or b"{}"))
+    if _fail_first():
+        return JsonResponse({"error": "the provider is down"}, status=503)
+    return JsonResponse(placed, status=201)
 
 
 @idempotent("tests.orders", required=False)

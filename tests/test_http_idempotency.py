@@ -312,6 +312,61 @@ def test_with_wait_a_request_while_the_first_runs_gets_its_response(client_):
     assert (Order.objects.count(), CONTROL.runs) == (1, 1)
 
 
+def test_with_wait_a_request_whose_first_rolled_back_runs_the_view_itself(client_):
+    key = new_key()
+    CONTROL.gate = threading.Event()
+    CONTROL.failures = 1  # the first request answers 503: nothing of it is stored
+    first: list[Reply] = []
+    running = threading.Thread(
+        target=lambda: first.append(client_.send("/http/orders-waiting/", BOOK, key=key)), daemon=True
+    )
+    running.start()
+    wait_for(CONTROL.entered.is_set, what="the first request to enter the view")
+    second: list[Reply] = []
+    waiting = threading.Thread(
+        target=lambda: second.append(client_.send("/http/orders-waiting/", BOOK, key=key)), daemon=True
+    )
+    waiting.start()
+    wait_for(lambda: claim_statements_in_transaction() >= 1, what="the second request to wait on the key")
+
+    CONTROL.gate.set()
+    running.join(30)
+    waiting.join(30)
+
+    assert first[0].status == 503
+    assert (second[0].status, second[0].replayed) == (201, False)
+    assert (Order.objects.count(), Job.objects.count(), CONTROL.runs) == (1, 1, 2)
+
+
+def test_32_concurrent_requests_with_one_key_and_no_wait_run_the_view_once(client_):
+    key = new_key()
+    CONTROL.gate = threading.Event()
+    replies: list[Any] = [None] * 32
+
+    def send(i: int) -> None:
+        try:
+            replies[i] = client_.send(ORDERS, BOOK, key=key)
+        except BaseException as exc:  # reported by the assertions below
+            replies[i] = exc
+
+    first = threading.Thread(target=send, args=(0,), daemon=True)
+    first.start()
+    wait_for(CONTROL.entered.is_set, what="the first request to enter the view")
+    others = [threading.Thread(target=send, args=(i,), daemon=True) for i in range(1, 32)]
+    for thread in others:
+        thread.start()
+    for thread in others:
+        thread.join(60)
+    CONTROL.gate.set()
+    first.join(60)
+
+    assert all(isinstance(reply, Reply) for reply in replies), replies
+    assert (replies[0].status, replies[0].replayed) == (201, False)
+    busy = [reply for reply in replies[1:] if reply.status == 409]
+    assert len(busy) == 31 and all(reply.headers["retry-after"] == "1" for reply in busy)
+    assert (Order.objects.count(), Job.objects.count(), CONTROL.runs) == (1, 1, 1)
+
+
 # -- what is not stored ---------------------------------------------------------------------------------------
 
 
