@@ -287,54 +287,44 @@ def test_a_request_while_the_first_still_runs_gets_409_with_retry_after(client_)
     assert (Order.objects.count(), CONTROL.runs) == (1, 1)
 
 
-def test_with_wait_a_request_while_the_first_runs_gets_its_response(client_):
-    key = new_key()
+def first_and_waiting_requests(client_: Client, key: str) -> tuple[Reply, Reply]:
+    """Send a first request to the view with ``wait`` (held at the gate), then a second with the same
+    key once the first is in the view; open the gate once the second waits on the key."""
     CONTROL.gate = threading.Event()
-    first: list[Reply] = []
-    running = threading.Thread(
-        target=lambda: first.append(client_.send("/http/orders-waiting/", BOOK, key=key)), daemon=True
-    )
-    running.start()
-    wait_for(CONTROL.entered.is_set, what="the first request to enter the view")
-    second: list[Reply] = []
-    waiting = threading.Thread(
-        target=lambda: second.append(client_.send("/http/orders-waiting/", BOOK, key=key)), daemon=True
-    )
-    waiting.start()
-    wait_for(lambda: claim_statements_in_transaction() >= 1, what="the second request to wait on the key")
+    replies: dict[str, Reply] = {}
 
+    def send(name: str) -> threading.Thread:
+        thread = threading.Thread(
+            target=lambda: replies.update({name: client_.send("/http/orders-waiting/", BOOK, key=key)}), daemon=True
+        )
+        thread.start()
+        return thread
+
+    running = send("first")
+    wait_for(CONTROL.entered.is_set, what="the first request to enter the view")
+    waiting = send("second")
+    wait_for(lambda: claim_statements_in_transaction() >= 1, what="the second request to wait on the key")
     CONTROL.gate.set()
     running.join(30)
     waiting.join(30)
+    return replies["first"], replies["second"]
 
-    assert (first[0].status, first[0].replayed) == (201, False)
-    assert (second[0].status, second[0].replayed, second[0].body) == (201, True, first[0].body)
+
+def test_with_wait_a_request_while_the_first_runs_gets_its_response(client_):
+    first, second = first_and_waiting_requests(client_, new_key())
+
+    assert (first.status, first.replayed) == (201, False)
+    assert (second.status, second.replayed, second.body) == (201, True, first.body)
     assert (Order.objects.count(), CONTROL.runs) == (1, 1)
 
 
 def test_with_wait_a_request_whose_first_rolled_back_runs_the_view_itself(client_):
-    key = new_key()
-    CONTROL.gate = threading.Event()
     CONTROL.failures = 1  # the first request answers 503: nothing of it is stored
-    first: list[Reply] = []
-    running = threading.Thread(
-        target=lambda: first.append(client_.send("/http/orders-waiting/", BOOK, key=key)), daemon=True
-    )
-    running.start()
-    wait_for(CONTROL.entered.is_set, what="the first request to enter the view")
-    second: list[Reply] = []
-    waiting = threading.Thread(
-        target=lambda: second.append(client_.send("/http/orders-waiting/", BOOK, key=key)), daemon=True
-    )
-    waiting.start()
-    wait_for(lambda: claim_statements_in_transaction() >= 1, what="the second request to wait on the key")
 
-    CONTROL.gate.set()
-    running.join(30)
-    waiting.join(30)
+    first, second = first_and_waiting_requests(client_, new_key())
 
-    assert first[0].status == 503
-    assert (second[0].status, second[0].replayed) == (201, False)
+    assert first.status == 503
+    assert (second.status, second.replayed) == (201, False)
     assert (Order.objects.count(), Job.objects.count(), CONTROL.runs) == (1, 1, 2)
 
 
