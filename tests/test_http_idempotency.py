@@ -762,3 +762,36 @@ def test_a_commit_that_fails_stores_nothing_and_leaves_the_key_free_and_the_conn
     finally:
         with connection.cursor() as cursor:
             cursor.execute("DROP TABLE IF EXISTS test_deferred_child, test_deferred_parent")
+
+
+def test_a_record_past_its_ttl_is_taken_over_and_the_view_runs_again():
+    from django.http import JsonResponse
+
+    runs: list[int] = []
+
+    @idempotent("tests.short", ttl=timedelta(seconds=1))  # the replay below must fall within it
+    def short(request: Any) -> Any:
+        runs.append(1)
+        return JsonResponse({"run": len(runs)}, status=201)
+
+    first = short(keyed_request('"short-1"'))
+    record = EffectRecord.objects.get(scope="tests.short")
+
+    def expired() -> bool:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT clock_timestamp() > %s", [record.expires_at])
+            return bool(cursor.fetchone()[0])
+
+    wait_for(expired, what="the database clock to pass the record's expiry")
+    again = short(keyed_request('"short-1"'))
+    replay = short(keyed_request('"short-1"'))
+
+    assert (first.status_code, json.loads(first.content)) == (201, {"run": 1})
+    assert (again.status_code, json.loads(again.content), again.has_header("Idempotent-Replayed")) == (
+        201,
+        {"run": 2},
+        False,
+    )
+    assert (replay["Idempotent-Replayed"], json.loads(replay.content)) == ("true", {"run": 2})
+    taken_over = EffectRecord.objects.get(scope="tests.short")
+    assert taken_over.pk == record.pk and taken_over.expires_at > record.expires_at
