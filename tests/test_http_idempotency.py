@@ -795,3 +795,31 @@ def test_a_record_past_its_ttl_is_taken_over_and_the_view_runs_again():
     assert (replay["Idempotent-Replayed"], json.loads(replay.content)) == ("true", {"run": 2})
     taken_over = EffectRecord.objects.get(scope="tests.short")
     assert taken_over.pk == record.pk and taken_over.expires_at > record.expires_at
+
+
+@pytest.mark.parametrize(
+    ("owner", "accepted"),
+    [
+        ("o" * conf.MAX_IDEMPOTENT_OWNER_CHARS, True),
+        ("o" * (conf.MAX_IDEMPOTENT_OWNER_CHARS + 1), False),
+        ("", False),
+        ("a\x00b", False),
+        (7, False),
+    ],
+    ids=["256 chars", "257 chars", "empty", "NUL", "not a string"],
+)
+def test_an_owner_callable_is_held_to_its_bounds(owner, accepted):
+    from django.http import JsonResponse
+
+    @idempotent("tests.owners", owner=lambda request: owner)
+    def view(request: Any) -> Any:
+        return JsonResponse({}, status=201)
+
+    if accepted:
+        assert view(keyed_request('"owner-1"')).status_code == 201
+        assert EffectRecord.objects.get(scope="tests.owners").owner == owner
+    else:
+        with pytest.raises(IdempotentViewError) as raised:
+            view(keyed_request('"owner-1"'))
+        assert raised.value.field == "owner"
+        assert not EffectRecord.objects.filter(scope="tests.owners").exists()
