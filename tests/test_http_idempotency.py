@@ -615,6 +615,7 @@ def view(request: Any) -> Any:
         ({"methods": ()}, "methods"),
         ({"owner": "user"}, "owner"),
         ({"required": 1}, "required"),
+        ({"using": "nowhere"}, "using"),
     ],
 )
 def test_decoration_refuses_arguments_out_of_bounds(arguments, field):
@@ -631,6 +632,7 @@ def test_decoration_accepts_arguments_at_their_bounds():
         {"wait": 60},
         {"wait": timedelta(seconds=60)},
         {"methods": ("POST", "PUT", "PATCH", "DELETE")},
+        {"using": "other"},
     ):
         assert callable(idempotent(**{"scope": "orders", **arguments})(view))
 

@@ -14,10 +14,11 @@ import inspect
 import logging
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypeVar
 
-from django.db import router, transaction
+from django.db import connections, router, transaction
 from django.http import HttpResponseBase
 
 from django_workhorse import conf, sql
@@ -70,6 +71,8 @@ def idempotent(
         raise IdempotentViewError(field="owner", bound="a callable taking the request", value=type(owner).__name__)
     waited = _wait(wait)
     keyed = _methods(methods)
+    if using is not None and using not in list(connections):
+        raise IdempotentViewError(field="using", bound="a database alias of settings.DATABASES", value=using)
 
     def decorate(view: View) -> View:
         if not callable(view):
@@ -92,27 +95,16 @@ def idempotent(
     return decorate
 
 
+@dataclass(frozen=True)
 class _Guard:
     """One decorated view's settings, and how it answers one keyed request."""
 
-    def __init__(
-        self,
-        *,
-        scope: str,
-        ttl: timedelta,
-        required: bool,
-        owner: Callable[[Any], str] | None,
-        wait: float,
-        using: str | None,
-    ) -> None:
-        self.scope, self.ttl, self.required, self.owner, self.wait, self.using = (
-            scope,
-            ttl,
-            required,
-            owner,
-            wait,
-            using,
-        )
+    scope: str
+    ttl: timedelta
+    required: bool
+    owner: Callable[[Any], str] | None
+    wait: float
+    using: str | None
 
     def answer(self, request: Any, run_view: Callable[[], Any]) -> Any:
         header = request.META.get(META_HEADER)
