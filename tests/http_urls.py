@@ -23,5 +23,6 @@ urlpatterns = [
     path("upload/", http_views.upload),
     path("class/orders/", http_views.OrderView.as_view()),
     path("drf/create-order/", http_views.drf_create_order),
+    path("drf/refuse/", http_views.drf_refuse),
     *router.urls,
 ]

@@ -20,6 +20,7 @@ from django.views import View
 from rest_framework import viewsets
 from rest_framework.authentication import BasicAuthentication
 from rest_framework.decorators import api_view, authentication_classes
+from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -164,6 +165,13 @@ class OrderView(View):
 @idempotent("tests.drf")
 def drf_create_order(request: Request) -> Response:
     return Response(_place(request, request.data), status=201)
+
+
+@api_view(["POST"])
+@idempotent("tests.drf")
+def drf_refuse(request: Request) -> Response:
+    _place(request, request.data)
+    raise ValidationError({"product": ["out of stock"]})  # DRF answers 400; the decorator sees the raise
 
 
 class OrderViewSet(viewsets.ViewSet):

@@ -555,6 +555,15 @@ def test_a_drf_api_view_is_idempotent(client_):
     assert Order.objects.count() == 1
 
 
+def test_a_drf_exception_is_answered_by_drf_and_nothing_is_stored(client_):
+    key = new_key()
+    first = client_.send("/http/drf/refuse/", BOOK, key=key)
+    again = client_.send("/http/drf/refuse/", BOOK, key=key)
+
+    assert (first.status, first.json, again.status, again.replayed) == (400, {"product": ["out of stock"]}, 400, False)
+    assert (Order.objects.count(), http_records(), CONTROL.runs) == (0, [], 2)
+
+
 # -- one key end to end, and what is stored -------------------------------------------------------------------
 
 
@@ -825,3 +834,25 @@ def test_an_owner_callable_is_held_to_its_bounds(owner, accepted):
             view(keyed_request('"owner-1"'))
         assert raised.value.field == "owner"
         assert not EffectRecord.objects.filter(scope="tests.owners").exists()
+
+
+def test_maintenance_prunes_http_records_past_their_ttl_with_the_other_ledger_entries():
+    from django.http import JsonResponse
+
+    from django_workhorse import prune_expired_effects
+
+    @idempotent("tests.pruned", ttl=timedelta(milliseconds=20))
+    def view(request: Any) -> Any:
+        return JsonResponse({}, status=201)
+
+    view(keyed_request('"pruned-1"'))
+    record = EffectRecord.objects.get(scope="tests.pruned")
+
+    def expired() -> bool:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT clock_timestamp() > %s", [record.expires_at])
+            return bool(cursor.fetchone()[0])
+
+    wait_for(expired, what="the database clock to pass the record's expiry")
+    assert prune_expired_effects() == 1
+    assert not EffectRecord.objects.filter(scope="tests.pruned").exists()
