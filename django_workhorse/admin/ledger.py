@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any, cast
 
 from django.contrib import admin, messages
-from django.db.models import BooleanField, ExpressionWrapper, Q, QuerySet
+from django.db.models import BooleanField, ExpressionWrapper, F, Func, IntegerField, Q, QuerySet
 from django.db.models.functions import Now
 from django.http import HttpRequest, HttpResponse
 
@@ -86,7 +86,9 @@ class LedgerAdmin(ReadOnlyAdmin):
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
         live = ExpressionWrapper(Q(expires_at__gt=Now()), output_field=BooleanField())
-        return super().get_queryset(request).defer("response_body").annotate(is_live=live)
+        # The body's size, not the body: a stored response can be a megabyte, and is never shown.
+        size = Func(F("response_body"), function="octet_length", output_field=IntegerField())
+        return super().get_queryset(request).defer("response_body").annotate(is_live=live, body_size=size)
 
     def has_release_permission(self, request: HttpRequest) -> bool:
         return has_permission(request, "release_effect")
@@ -111,9 +113,9 @@ class LedgerAdmin(ReadOnlyAdmin):
         return pretty_json(obj.result) if obj.kind == "effect" else "—"
 
     @admin.display(description="response body")
-    def response_size(self, obj: EffectRecord) -> str:
-        body = EffectRecord.objects.filter(pk=obj.pk).values_list("response_body", flat=True).first()
-        return "—" if body is None else f"{len(bytes(body))} bytes (not shown)"
+    def response_size(self, obj: Any) -> str:
+        size = getattr(obj, "body_size", None)
+        return "—" if size is None else f"{size} bytes (not shown)"
 
     @admin.display(description="live", boolean=True)
     def live(self, obj: Any) -> bool:

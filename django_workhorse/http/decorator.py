@@ -124,9 +124,7 @@ class _Guard:
         owner = resolve_owner(request, self.owner)
         idempotency = RequestIdempotency(key=key, scope=self.scope, owner=owner)
         digest, digests = fingerprints.request_fingerprint(request)
-        record_key = RecordKey(
-            scope=self.scope, owner=owner, key_hash=idempotency.key_hash, key_preview=idempotency.key_preview
-        )
+        record_key = idempotency.record_key
         alias = self.using or router.db_for_write(EffectRecord)
         with transaction.atomic(using=alias):
             record = self._claim(alias, record_key)

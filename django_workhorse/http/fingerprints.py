@@ -14,7 +14,7 @@ from urllib.parse import parse_qsl
 from django.http.request import RawPostDataException
 
 from django_workhorse.exceptions import IdempotentViewError
-from django_workhorse.fingerprint import canonical_json, field_digest, request_digest
+from django_workhorse.fingerprint import FIELD_DIGEST_HEX_CHARS, canonical_json, field_digest, request_digest
 
 PARTS = ("method", "route", "arguments", "query", "content_type", "body")
 FORM = "application/x-www-form-urlencoded"
@@ -92,4 +92,4 @@ def _body_digest(body: bytes, content_type: str) -> str:
             pass
         else:
             return field_digest(canonical_json(sorted(pairs)))
-    return hashlib.sha256(body).hexdigest()[: len(field_digest(""))]
+    return hashlib.sha256(body).hexdigest()[:FIELD_DIGEST_HEX_CHARS]

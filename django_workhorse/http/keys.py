@@ -10,6 +10,7 @@ from typing import Any
 from django_workhorse import conf
 from django_workhorse.exceptions import IdempotencyKeyError, IdempotentViewError
 from django_workhorse.fingerprint import derived_http_key, http_key_hash, key_digest, key_preview
+from django_workhorse.sql.http_records import RecordKey
 from django_workhorse.types import Idempotency
 
 HEADER = "Idempotency-Key"
@@ -97,6 +98,11 @@ class RequestIdempotency:
     @property
     def key_preview(self) -> str:
         return key_preview(self.key)
+
+    @property
+    def record_key(self) -> RecordKey:
+        """The record's key as the statements take it."""
+        return RecordKey(scope=self.scope, owner=self.owner, key_hash=self._hash, key_preview=self.key_preview)
 
     def job_key(self, step: str = "") -> str:
         """Return a key for one job of this request (``step`` names it when the view enqueues several).

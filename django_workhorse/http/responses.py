@@ -95,7 +95,7 @@ def _render(request: Any, response: HttpResponseBase) -> None:
     render = getattr(response, "render", None)
     if render is None or getattr(response, "is_rendered", True):
         return
-    if hasattr(response, "accepted_renderer") is False and hasattr(request, "accepted_renderer"):
+    if not hasattr(response, "accepted_renderer") and hasattr(request, "accepted_renderer"):
         response.accepted_renderer = request.accepted_renderer  # type: ignore[attr-defined]
         response.accepted_media_type = request.accepted_media_type  # type: ignore[attr-defined]
         context = dict(getattr(request, "parser_context", None) or {})
