@@ -878,3 +878,55 @@ def test_a_view_nested_in_another_with_the_same_key_stores_neither():
         outer(keyed_request('"nested-1"'))
 
     assert (EffectRecord.objects.filter(scope="tests.nested").count(), Order.objects.count()) == (0, 0)
+
+
+def test_a_keyed_view_makes_as_many_round_trips_as_the_view_alone():
+    from django.db import transaction
+    from django.http import JsonResponse
+
+    from django_workhorse import enqueue
+    from tests.test_round_trips import protocol_trace, round_trips
+
+    def work(request: Any) -> Any:
+        order = Order.objects.create(product="trips", quantity=1, placement_token=uuid.uuid4())
+        enqueue("tests.record", {"order": order.pk})
+        return JsonResponse({"order": order.pk}, status=201)
+
+    def plain(request: Any) -> Any:
+        with transaction.atomic():
+            return work(request)
+
+    keyed = idempotent("tests.trips")(work)
+    for view, key in ((plain, None), (keyed, '"trips-warm"')):  # prepare every statement once
+        view(keyed_request(key or '"unused"'))
+    with protocol_trace() as plain_lines:
+        assert plain(keyed_request('"unused"')).status_code == 201
+    with protocol_trace() as keyed_lines:
+        assert keyed(keyed_request('"trips-1"')).status_code == 201
+    # The claim goes with the BEGIN and the record with the COMMIT: BEGIN, the row, the job, COMMIT.
+    assert round_trips(plain_lines) == round_trips(keyed_lines) == 4
+    assert EffectRecord.objects.filter(scope="tests.trips").count() == 2
+
+
+def test_a_keyed_views_on_commit_callbacks_run_once_after_its_record_commits():
+    from django.db import transaction
+    from django.http import JsonResponse
+
+    from tests.conftest import connect_directly
+
+    seen: list[int] = []
+
+    @idempotent("tests.hooks")
+    def view(request: Any) -> Any:
+        def committed() -> None:
+            with connect_directly() as other:
+                seen.append(
+                    other.execute("SELECT count(*) FROM workhorse_effect WHERE scope = 'tests.hooks'").fetchone()[0]
+                )
+
+        transaction.on_commit(committed)
+        return JsonResponse({}, status=201)
+
+    view(keyed_request('"hooks-1"'))
+    assert view(keyed_request('"hooks-1"')).has_header("Idempotent-Replayed")
+    assert seen == [1]  # after the commit (another session sees the record), and not for the replay

@@ -130,7 +130,7 @@ class _Guard:
             record = self._claim(alias, record_key)
             if record.held and (record.id is None or not record.live):
                 request.idempotency = idempotency
-                return self._run(request, alias, record_key, digest, digests, run_view)
+                return self._run(request, alias, record_key, record.id, digest, digests, run_view)
         return self._answer_seen(record, idempotency, digest, digests)
 
     def _claim(self, alias: str, key: RecordKey) -> HttpRecord:
@@ -149,11 +149,13 @@ class _Guard:
         request: Any,
         alias: str,
         key: RecordKey,
+        expired_id: int | None,
         digest: bytes,
         digests: dict[str, str],
         run_view: Callable[[], Any],
     ) -> Any:
-        """Run the view holding the key; store its response, or roll its writes back."""
+        """Run the view holding the key; store its response (the block's last statement: it may
+        commit the transaction), or roll its writes back."""
         response = run_view()
         if not isinstance(response, HttpResponseBase):
             transaction.set_rollback(True, using=alias)
@@ -168,6 +170,7 @@ class _Guard:
         stored = sql.http_records.store_http_record(
             alias,
             key,
+            expired_id=expired_id,
             request_digest=digest,
             field_digests_json=canonical_json(digests),
             status_code=status,

@@ -1,5 +1,6 @@
 """How the statements run: on Django's connection (so they join the caller's transaction),
-as prepared statements, and LISTEN on a connection of its own."""
+as prepared statements, the first or last of a transaction in the round trip of its BEGIN or
+COMMIT, and LISTEN on a connection of its own."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
 from psycopg import sql as pgsql
+from psycopg.pq import TransactionStatus
 
 from django_workhorse.conf import app_settings
 
@@ -53,7 +55,7 @@ def decode_json(value: Any) -> Any:
 def execute(alias: str, statement: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
     """Run ``statement`` on ``alias``'s connection (in the caller's transaction); return its rows."""
     connection = connections[alias]
-    if connection.queries_logged or connection.execute_wrappers or not app_settings.PREPARED_STATEMENTS:
+    if _watched(connection):
         with open_cursor(alias) as wrapped:
             wrapped.execute(statement, params)
             return list(wrapped.fetchall())
@@ -61,13 +63,94 @@ def execute(alias: str, statement: str, params: dict[str, Any]) -> list[tuple[An
     # Django's per-call cursor wrapper but keep what it guarantees (a live connection in this
     # thread, no use of a broken transaction, Django's database errors), on one prepared-statement
     # cursor kept per connection.
-    connection.ensure_connection()
-    connection.validate_thread_sharing()
-    connection.validate_no_broken_transaction()
+    _ready(connection)
     with connection.wrap_database_errors:
         cursor = _kept_cursor(connection)
         cursor.execute(statement, params)
         return cursor.fetchall()
+
+
+# execute_last: ends the transaction that atomic() opened, in the round trip of the statement before.
+COMMIT = "COMMIT"
+
+
+def execute_first(alias: str, statement: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+    """Run ``statement`` as the first of the transaction that ``atomic()`` opened on ``alias``: its
+    ``BEGIN`` and the statement go to the server in one round trip.
+
+    Where the transaction is already under way (or there is none, or the connection's statements
+    are watched) this is ``execute()``. The ``BEGIN`` carries the connection's isolation level and
+    access mode, as psycopg's own would; the block commits or rolls back as usual.
+    """
+    connection = connections[alias]
+    if _watched(connection) or not connection.in_atomic_block:
+        return execute(alias, statement, params)
+    _ready(connection)
+    raw = connection.connection
+    if raw.autocommit or raw.info.transaction_status != TransactionStatus.IDLE or not psycopg.Pipeline.is_supported():
+        return execute(alias, statement, params)
+    with connection.wrap_database_errors:
+        # psycopg would send its own BEGIN, alone, before the statement. With autocommit on it sends
+        # none, and the explicit BEGIN below opens the transaction; psycopg's commit() and rollback()
+        # end it (they act on the server's transaction status), and atomic() turns autocommit back
+        # on when it leaves its outermost block.
+        raw.autocommit = True
+        cursor = _kept_cursor(connection)
+        with raw.pipeline():
+            psycopg.Cursor(raw).execute(_begin_statement(raw))
+            cursor.execute(statement, params)
+        return cursor.fetchall()
+
+
+def execute_last(alias: str, statement: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+    """Run ``statement`` as the last of the outermost ``atomic()`` block on ``alias`` and commit the
+    block's transaction with it, in one round trip.
+
+    The caller promises that the block ends right after, running nothing more. If the statement
+    fails, nothing is committed and its error is raised here, as is a failed ``COMMIT`` (a deferred
+    constraint, a serialization failure); the block then rolls back. Django's commit at the end of
+    the block finds nothing left to commit and runs the ``on_commit`` callbacks as usual. In a
+    nested block or on a watched connection this is ``execute()``, and the block commits as usual.
+    """
+    connection = connections[alias]
+    if _watched(connection) or len(connection.atomic_blocks) != 1:
+        return execute(alias, statement, params)
+    _ready(connection)
+    raw = connection.connection
+    if raw.info.transaction_status != TransactionStatus.INTRANS or not psycopg.Pipeline.is_supported():
+        return execute(alias, statement, params)
+    with connection.wrap_database_errors:
+        cursor = _kept_cursor(connection)
+        with raw.pipeline():
+            cursor.execute(statement, params)
+            psycopg.Cursor(raw).execute(COMMIT)
+        return cursor.fetchall()
+
+
+def _begin_statement(raw: psycopg.Connection[Any]) -> str:
+    """The BEGIN psycopg would send for ``raw``: its isolation level and access mode, if set."""
+    parts = ["BEGIN"]
+    if raw.isolation_level is not None:
+        parts.append("ISOLATION LEVEL " + psycopg.IsolationLevel(raw.isolation_level).name.replace("_", " "))
+    if raw.read_only is not None:
+        parts.append("READ ONLY" if raw.read_only else "READ WRITE")
+    if raw.deferrable is not None:
+        parts.append("DEFERRABLE" if raw.deferrable else "NOT DEFERRABLE")
+    return " ".join(parts)
+
+
+def _watched(connection: BaseDatabaseWrapper) -> bool:
+    """Whether the statements must go through Django's cursor wrapper (query logging, execute
+    wrappers), or prepared statements are off."""
+    return bool(connection.queries_logged or connection.execute_wrappers or not app_settings.PREPARED_STATEMENTS)
+
+
+def _ready(connection: BaseDatabaseWrapper) -> None:
+    """What Django's cursor wrapper checks before a statement: a live connection of this thread, and
+    a transaction that is not broken."""
+    connection.ensure_connection()
+    connection.validate_thread_sharing()
+    connection.validate_no_broken_transaction()
 
 
 def _kept_cursor(connection: BaseDatabaseWrapper) -> _PreparedCursor:

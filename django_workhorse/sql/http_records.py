@@ -5,7 +5,8 @@ arbitrates it as it does ``once()`` effects. A request holds its key's transacti
 lock while its view runs and writes its record, with the response, when the view is done: a second
 request with the key learns that the first is still running (a lock it cannot take) instead of
 waiting on the unique index until the first commits, and a record is written once, not claimed
-and then updated.
+and then updated. The claim travels with the transaction's BEGIN and the record with its COMMIT,
+so a keyed request makes as many round trips as the view alone.
 """
 
 from __future__ import annotations
@@ -13,9 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timedelta
 
-from django.db import connections
+from django.db import IntegrityError, connections
 
-from django_workhorse.sql.connection import decode_json, execute
+from django_workhorse.models import EFFECT_KEY_UNIQ
+from django_workhorse.sql.connection import constraint_name, decode_json, execute, execute_first, execute_last
 
 KIND = "http"  # workhorse_effect.kind of these records (EffectKind.HTTP)
 CLAIM_FUNCTION = "workhorse_http_claim"
@@ -58,25 +60,32 @@ DROP_CLAIM_FUNCTION = f"DROP FUNCTION IF EXISTS {CLAIM_FUNCTION}(bigint, text, b
 CLAIM_HTTP_RECORD = f"SELECT * FROM {CLAIM_FUNCTION}(%(lock_id)s::bigint, %(scope)s::text, %(key_hash)s::bytea)"
 
 
-# store_http_record: write the record of a request whose view ran, with its response, in the view's
-# transaction and under the key's advisory lock (so no other request inserts it meanwhile). A
-# record past its retention is taken over in place; a live one is left alone and no row comes back
-# (the claim saw none: this transaction's own record, from an @idempotent view nested in another
-# with the same key). The retention window starts now; created_at is when the transaction began.
-STORE_HTTP_RECORD = f"""
-INSERT INTO workhorse_effect AS effect (
+# insert_http_record: write the record of a request whose view ran, with its response, in the view's
+# transaction and under the key's advisory lock (so no other request inserts it meanwhile), when the
+# claim saw no record. The retention window starts now; created_at is when the transaction began.
+# workhorse_effect_scope_key_hash_uniq refuses it only when this transaction wrote the record
+# already: an @idempotent view nested in another with the same key.
+INSERT_HTTP_RECORD = f"""
+INSERT INTO workhorse_effect (
     kind, scope, owner, key_hash, key_preview, request_digest, field_digests, status_code, response_headers,
     response_body, created_at, completed_at, expires_at)
 VALUES ('{KIND}', %(scope)s::text, %(owner)s::text, %(key_hash)s::bytea, %(key_preview)s::text,
         %(request_digest)s::bytea, %(field_digests)s::jsonb, %(status_code)s::smallint, %(headers)s::jsonb,
         %(body)s::bytea, transaction_timestamp(), statement_timestamp(), statement_timestamp() + %(ttl)s::interval)
-ON CONFLICT (scope, key_hash) DO UPDATE
-SET kind = EXCLUDED.kind, owner = EXCLUDED.owner, key_preview = EXCLUDED.key_preview, result = NULL,
-    request_digest = EXCLUDED.request_digest, field_digests = EXCLUDED.field_digests,
-    status_code = EXCLUDED.status_code, response_headers = EXCLUDED.response_headers,
-    response_body = EXCLUDED.response_body, created_at = EXCLUDED.created_at,
-    completed_at = EXCLUDED.completed_at, expires_at = EXCLUDED.expires_at
-WHERE effect.expires_at <= statement_timestamp()
+RETURNING id
+"""
+
+# take_over_http_record: the same, when the claim saw the key's record past its retention (not yet
+# pruned): the record is taken over in place, by its primary key. No row comes back when it is live
+# again: this transaction's own, from an @idempotent view nested in another with the same key.
+TAKE_OVER_HTTP_RECORD = f"""
+UPDATE workhorse_effect AS effect
+SET kind = '{KIND}', owner = %(owner)s::text, key_preview = %(key_preview)s::text, result = NULL,
+    request_digest = %(request_digest)s::bytea, field_digests = %(field_digests)s::jsonb,
+    status_code = %(status_code)s::smallint, response_headers = %(headers)s::jsonb, response_body = %(body)s::bytea,
+    created_at = transaction_timestamp(), completed_at = statement_timestamp(),
+    expires_at = statement_timestamp() + %(ttl)s::interval
+WHERE effect.id = %(id)s AND effect.expires_at <= statement_timestamp()
 RETURNING effect.id
 """
 
@@ -119,9 +128,11 @@ def install_functions(alias: str) -> None:
 
 
 def claim_http_record(alias: str, key: RecordKey) -> HttpRecord:
-    """Run CLAIM_HTTP_RECORD: take the key's lock if it is free, and read its record."""
+    """Run CLAIM_HTTP_RECORD: take the key's lock if it is free, and read its record. As the first
+    statement of a transaction it travels with the transaction's BEGIN (see ``execute_first``)."""
     params = {"lock_id": key.lock_id, "scope": key.scope, "key_hash": key.key_hash}
-    held, entry_id, kind, digest, digests, status, headers, body, live = execute(alias, CLAIM_HTTP_RECORD, params)[0]
+    row = execute_first(alias, CLAIM_HTTP_RECORD, params)[0]
+    held, entry_id, kind, digest, digests, status, headers, body, live = row
     return HttpRecord(
         held=held,
         id=entry_id,
@@ -139,6 +150,7 @@ def store_http_record(
     alias: str,
     key: RecordKey,
     *,
+    expired_id: int | None,
     request_digest: bytes,
     field_digests_json: str,
     status_code: int,
@@ -146,7 +158,10 @@ def store_http_record(
     body: bytes,
     ttl: timedelta,
 ) -> bool:
-    """Run STORE_HTTP_RECORD; return False if a live record was there (nothing was written)."""
+    """Write the record: INSERT_HTTP_RECORD, the transaction's last statement, which commits the
+    outermost atomic() block with it (see ``execute_last``); or, over the expired record
+    ``expired_id``, TAKE_OVER_HTTP_RECORD. Return False when this transaction wrote the key's
+    record already; then nothing is committed."""
     params = {
         "scope": key.scope,
         "owner": key.owner,
@@ -159,4 +174,12 @@ def store_http_record(
         "body": body,
         "ttl": ttl,
     }
-    return bool(execute(alias, STORE_HTTP_RECORD, params))
+    if expired_id is not None:
+        return bool(execute(alias, TAKE_OVER_HTTP_RECORD, {**params, "id": expired_id}))
+    try:
+        execute_last(alias, INSERT_HTTP_RECORD, params)
+    except IntegrityError as exc:
+        if constraint_name(exc) != EFFECT_KEY_UNIQ:
+            raise
+        return False
+    return True
