@@ -1,6 +1,7 @@
 """Django settings of ``benchmarks/http_idempotency.py``'s server (gunicorn) and of the script itself.
 
 The database is DATABASE_URL, or the embedded PostgreSQL (database ``workhorse_bench``).
+``HTTP_BENCH_PREPARED_STATEMENTS=0`` turns prepared statements off (behind PgBouncer).
 ``HTTP_BENCH_STACK=project`` adds what ``startproject`` gives a project: its middleware, sessions
 and messages; unset, the views run with no middleware at all.
 """
@@ -39,4 +40,6 @@ if os.environ.get("HTTP_BENCH_STACK") == "project":
     ]
 ROOT_URLCONF = "benchmarks.http_views"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+# Off behind a pooler that keeps no prepared statements (http_idempotency.py --pgbouncer).
+WORKHORSE_PREPARED_STATEMENTS = os.environ.get("HTTP_BENCH_PREPARED_STATEMENTS", "1") == "1"
 LOGGING_CONFIG = None

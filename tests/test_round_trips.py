@@ -19,6 +19,7 @@ import psycopg
 import pytest
 from django.contrib.auth.models import Group, User
 from django.db import IntegrityError, connection, transaction
+from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 from psycopg import pq
 
@@ -78,6 +79,17 @@ def test_the_first_statement_of_a_transaction_travels_with_its_begin_and_the_las
         assert group_names(other_connection) == ["first", "last", "middle"]
     assert round_trips(lines) == 3
     assert (sent(lines, '"BEGIN"'), sent(lines, '"COMMIT"')) == (1, 1)
+
+
+@override_settings(WORKHORSE_PREPARED_STATEMENTS=False)
+def test_with_prepared_statements_off_they_travel_the_same_way(other_connection):
+    # Through a pooler that keeps no prepared statements: unnamed statements, bound server-side.
+    with protocol_trace() as lines, transaction.atomic():
+        execute_first("default", INSERT_GROUP, {"name": "first"})
+        execute_last("default", INSERT_GROUP, {"name": "last"})
+        assert group_names(other_connection) == ["first", "last"]
+    assert round_trips(lines) == 2
+    assert sent(lines, '"_pg3_') == 0  # nothing prepared
 
 
 def test_without_them_the_same_transaction_takes_two_more_round_trips():

@@ -78,12 +78,12 @@ def execute_first(alias: str, statement: str, params: dict[str, Any]) -> list[tu
     """Run ``statement`` as the first of the transaction that ``atomic()`` opened on ``alias``: its
     ``BEGIN`` and the statement go to the server in one round trip.
 
-    Where the transaction is already under way (or there is none, or the connection's statements
-    are watched) this is ``execute()``. The ``BEGIN`` carries the connection's isolation level and
+    Where the transaction is already under way (or there is none, or Django logs the connection's
+    statements) this is ``execute()``. The ``BEGIN`` carries the connection's isolation level and
     access mode, as psycopg's own would; the block commits or rolls back as usual.
     """
     connection = connections[alias]
-    if _watched(connection) or not connection.in_atomic_block:
+    if _logged(connection) or not connection.in_atomic_block:
         return execute(alias, statement, params)
     _ready(connection)
     raw = connection.connection
@@ -95,7 +95,7 @@ def execute_first(alias: str, statement: str, params: dict[str, Any]) -> list[tu
         # end it (they act on the server's transaction status), and atomic() turns autocommit back
         # on when it leaves its outermost block.
         raw.autocommit = True
-        cursor = _kept_cursor(connection)
+        cursor = _pipeline_cursor(connection)
         with raw.pipeline():
             psycopg.Cursor(raw).execute(_begin_statement(raw))
             cursor.execute(statement, params)
@@ -110,17 +110,18 @@ def execute_last(alias: str, statement: str, params: dict[str, Any]) -> list[tup
     fails, nothing is committed and its error is raised here, as is a failed ``COMMIT`` (a deferred
     constraint, a serialization failure); the block then rolls back. Django's commit at the end of
     the block finds nothing left to commit and runs the ``on_commit`` callbacks as usual. In a
-    nested block or on a watched connection this is ``execute()``, and the block commits as usual.
+    nested block, or where Django logs the connection's statements, this is ``execute()``, and the
+    block commits as usual.
     """
     connection = connections[alias]
-    if _watched(connection) or len(connection.atomic_blocks) != 1:
+    if _logged(connection) or len(connection.atomic_blocks) != 1:
         return execute(alias, statement, params)
     _ready(connection)
     raw = connection.connection
     if raw.info.transaction_status != TransactionStatus.INTRANS or not psycopg.Pipeline.is_supported():
         return execute(alias, statement, params)
     with connection.wrap_database_errors:
-        cursor = _kept_cursor(connection)
+        cursor = _pipeline_cursor(connection)
         with raw.pipeline():
             cursor.execute(statement, params)
             psycopg.Cursor(raw).execute(COMMIT)
@@ -142,7 +143,20 @@ def _begin_statement(raw: psycopg.Connection[Any]) -> str:
 def _watched(connection: BaseDatabaseWrapper) -> bool:
     """Whether the statements must go through Django's cursor wrapper (query logging, execute
     wrappers), or prepared statements are off."""
-    return bool(connection.queries_logged or connection.execute_wrappers or not app_settings.PREPARED_STATEMENTS)
+    return _logged(connection) or not app_settings.PREPARED_STATEMENTS
+
+
+def _logged(connection: BaseDatabaseWrapper) -> bool:
+    """Whether Django logs or wraps this connection's statements (``DEBUG``, execute wrappers)."""
+    return bool(connection.queries_logged or connection.execute_wrappers)
+
+
+def _pipeline_cursor(connection: BaseDatabaseWrapper) -> psycopg.Cursor[Any]:
+    """The cursor a pipeline runs statements on: the kept prepared-statement cursor, or with
+    prepared statements off (a pooler that keeps none) one that binds server-side, unprepared."""
+    if app_settings.PREPARED_STATEMENTS:
+        return _kept_cursor(connection)
+    return psycopg.Cursor(connection.connection)
 
 
 def _ready(connection: BaseDatabaseWrapper) -> None:
