@@ -61,7 +61,8 @@ def _positive_durations() -> list[CheckMessage]:
 
 @register
 def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[CheckMessage]:
-    """WORKHORSE_* settings must have the right type and stay within bounds (workhorse.E002-E010, E201-E202)."""
+    """WORKHORSE_* settings must have the right type and stay within bounds (workhorse.E002-E010, E201-E202,
+    E209, E301)."""
     errors: list[CheckMessage] = []
     size = _configured("MAX_PAYLOAD_BYTES")
     if not isinstance(size, int) or isinstance(size, bool) or not 1 <= size <= conf.MAX_PAYLOAD_BYTES_LIMIT:
@@ -101,7 +102,28 @@ def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
             Error(f"WORKHORSE_PREPARED_STATEMENTS must be True or False, got {prepared!r}.", id="workhorse.E010")
         )
     errors.extend(_schedule_settings())
+    errors.extend(_metrics_token())
     return errors
+
+
+def _metrics_token() -> list[CheckMessage]:
+    """WORKHORSE_METRICS_TOKEN (workhorse.E301): None, or a token the error never echoes."""
+    token = _configured("METRICS_TOKEN")
+    if token is None or is_metrics_token(token):
+        return []
+    low, high = conf.MIN_METRICS_TOKEN_CHARS, conf.MAX_METRICS_TOKEN_CHARS
+    got = f"a string of {len(token)} characters" if isinstance(token, str) else type(token).__name__
+    message = f"WORKHORSE_METRICS_TOKEN must be None or {low}..{high} visible ASCII characters, got {got}."
+    return [Error(message, id="workhorse.E301")]
+
+
+def is_metrics_token(token: Any) -> bool:
+    """Whether ``token`` can be the metrics endpoint's bearer token: visible ASCII, within bounds."""
+    return (
+        isinstance(token, str)
+        and conf.MIN_METRICS_TOKEN_CHARS <= len(token) <= conf.MAX_METRICS_TOKEN_CHARS
+        and all("!" <= char <= "~" for char in token)
+    )
 
 
 def _schedule_settings() -> list[CheckMessage]:

@@ -72,6 +72,8 @@ MAX_IDEMPOTENT_OWNER_CHARS = 256
 DEFAULT_IDEMPOTENT_RESPONSE_MAX_BYTES = 1 * MiB
 MIN_IDEMPOTENT_RESPONSE_MAX_BYTES, MAX_IDEMPOTENT_RESPONSE_MAX_BYTES = 1024, 16 * MiB
 DEFAULT_IDEMPOTENT_TTL = timedelta(hours=24)
+# The metrics endpoint's bearer token: long enough not to be guessed, short enough for a header.
+MIN_METRICS_TOKEN_CHARS, MAX_METRICS_TOKEN_CHARS = 16, 512
 
 
 class Setting(Generic[T]):
@@ -158,6 +160,11 @@ class WorkhorseSettings:
     IDEMPOTENT_RESPONSE_MAX_BYTES = Setting(
         DEFAULT_IDEMPOTENT_RESPONSE_MAX_BYTES,
         "Largest response body an @idempotent view stores for replay, in bytes (1 MiB; 1 KiB..16 MiB).",
+    )
+    METRICS_TOKEN: Setting[str | None] = Setting(
+        None,
+        "A bearer token that lets a scraper read the metrics endpoint (16..512 visible ASCII characters); "
+        "staff users may read it either way.",
     )
     EAGER = Setting(
         False, "Run accepted, due jobs synchronously right after enqueue (for tests); dedup stays on.", convert=bool

@@ -15,7 +15,7 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.db import router, transaction
 
-from django_workhorse import conf, eager, sql
+from django_workhorse import conf, eager, instruments, sql
 from django_workhorse.conf import app_settings
 from django_workhorse.exceptions import EnqueueIdempotencyConflictError, EnqueueValidationError, KeyNotSettledError
 from django_workhorse.fingerprint import differing_fields
@@ -65,7 +65,11 @@ def enqueue_with_result(
     ``_on_written`` (internal) is called with the outcome once the job is written, before eager
     mode runs it: the django.tasks backend sends ``task_enqueued`` there, as before a worker's run.
     """
-    request = prepare(job_type, payload, resolve_options(options, option_kwargs))
+    try:
+        request = prepare(job_type, payload, resolve_options(options, option_kwargs))
+    except EnqueueValidationError:
+        instruments.enqueue_refused("invalid", None)
+        raise
     alias = _alias(using)
     results = _submit([request], alias, batch=False)
     if _on_written is not None:
@@ -83,10 +87,14 @@ def enqueue_many(requests: Iterable[EnqueueRequest], *, using: str | None = None
     fails the batch: everything rolls back and the error names the offending ordinal (its 0-based
     position in ``requests``).
     """
-    requests = _bounded_list(requests)
-    checked: dict[Any, CheckedOptions] = {}  # by id() of each distinct options object, and by value
-    limit = app_settings.MAX_PAYLOAD_BYTES
-    prepared = [_prepare_entry(ordinal, entry, checked, limit) for ordinal, entry in enumerate(requests)]
+    try:
+        requests = _bounded_list(requests)
+        checked: dict[Any, CheckedOptions] = {}  # by id() of each distinct options object, and by value
+        limit = app_settings.MAX_PAYLOAD_BYTES
+        prepared = [_prepare_entry(ordinal, entry, checked, limit) for ordinal, entry in enumerate(requests)]
+    except EnqueueValidationError:
+        instruments.enqueue_refused("invalid", None)
+        raise
     alias = _alias(using)
     results = _submit(prepared, alias, batch=True)
     if eager.is_active():
@@ -156,6 +164,18 @@ def _alias(using: str | None) -> str:
 
 
 def _submit(requests: list[PreparedJob], alias: str, *, batch: bool) -> list[EnqueueResult]:
+    started = instruments.clock()
+    try:
+        results = _submit_all(requests, alias, batch=batch)
+    except EnqueueIdempotencyConflictError as exc:
+        instruments.enqueue_refused("conflict", requests[exc.ordinal or 0] if requests else None)
+        raise
+    if results:
+        instruments.enqueue_settled(requests, results, started)
+    return results
+
+
+def _submit_all(requests: list[PreparedJob], alias: str, *, batch: bool) -> list[EnqueueResult]:
     if len(requests) == 1:  # the common case, without the batch's bookkeeping
         single: dict[int, EnqueueResult] = {}
         _settle(alias, {0: requests[0]}, single, batch=batch)

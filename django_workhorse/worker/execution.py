@@ -41,6 +41,7 @@ class Outcome:
     run_at: datetime | None = None
     events: tuple[tuple[str, dict[str, Any]], ...] = ()
     exception: BaseException | None = None  # the handler's, kept for eager mode (never stored)
+    duration: float | None = None  # seconds the attempt ran, set by the worker (for its metrics)
 
 
 def execute(job: sql.claims.ClaimedJob, context: HandlerContext, started: Callable[[], None] | None = None) -> Outcome:

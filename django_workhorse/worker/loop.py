@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import os
@@ -18,7 +19,7 @@ from datetime import timedelta
 
 from django.db import DatabaseError, close_old_connections, connections
 
-from django_workhorse import sql
+from django_workhorse import instruments, sql
 from django_workhorse.conf import DEFAULT_DRAIN_TIMEOUT, DEFAULT_LEASE, app_settings
 from django_workhorse.exceptions import WorkerThreadError
 from django_workhorse.maintenance import run_maintenance
@@ -161,7 +162,9 @@ class Worker:
             limit = min(self.batch, self.capacity - len(self._held), self._budget())
         if limit <= 0:
             return 0
+        started = instruments.clock()
         jobs = sql.claims.claim(self.using, queues=self.queues, limit=limit, lease=self.lease, worker=self.name)
+        instruments.claimed(time.perf_counter() - started)
         for job in jobs:
             context = HandlerContext(job, alias=self.using, on_heartbeat=functools.partial(self._heartbeat_one, job.id))
             held = HeldJob(job, context)
@@ -201,6 +204,7 @@ class Worker:
         if now < due:
             return due
         if reclaimed := sql.claims.reclaim_expired(self.using):
+            instruments.reclaimed(reclaimed)
             logger.warning("Reclaimed jobs with expired leases count=%s", reclaimed)
         return now + max(self.lease.total_seconds() / 3, 0.5)
 
@@ -208,6 +212,7 @@ class Worker:
 
     def _execute_forever(self) -> None:
         while (held := self._work.get()) is not None:
+            began = time.perf_counter()
             try:
                 close_old_connections()
                 outcome = execute(held.job, held.context, started=held.mark_started)
@@ -215,7 +220,7 @@ class Worker:
                 logger.exception("Running job failed id=%s", held.job.id)
                 outcome = failure(held.job, exc)
             held.ended = True
-            self._outcomes.put(outcome)
+            self._outcomes.put(dataclasses.replace(outcome, duration=time.perf_counter() - began))
         connections.close_all()
 
     def _record_forever(self) -> None:
@@ -246,6 +251,8 @@ class Worker:
             for outcome, status in zip(outcomes, statuses, strict=True):
                 self._held.pop(outcome.job.id, None)
                 self.stats.finished[status] = self.stats.finished.get(status, 0) + 1
+        for outcome, status in zip(outcomes, statuses, strict=True):
+            instruments.attempt_finished(outcome.job, status, outcome.duration)
         self._wake.set()
 
     def _close_connection(self) -> None:

@@ -1,0 +1,65 @@
+"""What the queue reports as it works, one call per event, to the metrics extra when installed.
+
+Enqueue and the worker call these at the points where an outcome is known. Without
+prometheus-client (``django-workhorse[metrics]``) each is a function that does nothing, so the
+extra costs nothing when absent. Labels stay bounded: queue, keyed mode, outcome, status.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from django_workhorse.prepared import PreparedJob
+    from django_workhorse.sql.claims import ClaimedJob
+    from django_workhorse.types import EnqueueResult
+
+
+def _collectors() -> ModuleType | None:
+    try:
+        from django_workhorse.metrics import collectors
+    except ImportError:  # prometheus-client is not installed: nothing is recorded
+        return None
+    return collectors
+
+
+_metrics = _collectors()
+
+
+def clock() -> float:
+    """The instant an operation starts, for the ``seconds`` the calls below take."""
+    return time.perf_counter()
+
+
+def enqueue_settled(requests: Sequence[PreparedJob], results: Sequence[EnqueueResult], started: float) -> None:
+    """Count each request of one enqueue call by queue, mode and outcome; time the call."""
+    if _metrics is not None:
+        _metrics.enqueue_settled(requests, results, time.perf_counter() - started)
+
+
+def enqueue_refused(outcome: str, request: PreparedJob | None) -> None:
+    """Count an enqueue call refused as ``conflict`` or ``invalid`` (``request``: the one at fault,
+    if it was prepared; else queue and mode are counted as empty)."""
+    if _metrics is not None:
+        _metrics.enqueue_refused(outcome, request)
+
+
+def claimed(seconds: float) -> None:
+    """Time one claim statement (its round trip included)."""
+    if _metrics is not None:
+        _metrics.claimed(seconds)
+
+
+def attempt_finished(job: ClaimedJob, status: str, duration: float | None) -> None:
+    """Count a finished attempt by queue and written status; time its handler."""
+    if _metrics is not None:
+        _metrics.attempt_finished(job, status, duration)
+
+
+def reclaimed(count: int) -> None:
+    """Count jobs whose expired leases a worker reclaimed."""
+    if _metrics is not None and count:
+        _metrics.reclaimed(count)

@@ -1,0 +1,46 @@
+"""The metrics endpoint: Prometheus's text format, for staff users and for a bearer token."""
+
+from __future__ import annotations
+
+import hmac
+from typing import Any
+
+from django.core.exceptions import ImproperlyConfigured
+from django.http import HttpRequest, HttpResponse
+
+from django_workhorse.conf import app_settings
+
+try:
+    from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+except ImportError as exc:  # the URLconf includes this module: say what is missing, at startup
+    raise ImproperlyConfigured(
+        "django_workhorse.metrics needs prometheus-client: pip install 'django-workhorse[metrics]'"
+    ) from exc
+
+BEARER = "Bearer "
+REALM = 'Bearer realm="workhorse-metrics"'
+
+
+def metrics(request: HttpRequest) -> HttpResponse:
+    """Serve the metrics to a staff user, or to a request bearing ``WORKHORSE_METRICS_TOKEN``."""
+    if not (_bears_the_token(request) or _is_staff(request)):
+        user = getattr(request, "user", None)
+        if user is not None and user.is_authenticated:
+            return HttpResponse("Staff only.\n", status=403, content_type="text/plain")
+        response = HttpResponse("Authentication required.\n", status=401, content_type="text/plain")
+        response["WWW-Authenticate"] = REALM
+        return response
+    return HttpResponse(generate_latest(REGISTRY), content_type=CONTENT_TYPE_LATEST)
+
+
+def _bears_the_token(request: HttpRequest) -> bool:
+    token = app_settings.METRICS_TOKEN
+    header = request.META.get("HTTP_AUTHORIZATION", "")
+    if not token or not header.startswith(BEARER):
+        return False
+    return hmac.compare_digest(header[len(BEARER) :].strip().encode(), token.encode())
+
+
+def _is_staff(request: HttpRequest) -> bool:
+    user: Any = getattr(request, "user", None)
+    return bool(user is not None and user.is_active and user.is_staff)

@@ -1,0 +1,269 @@
+"""Prometheus metrics: scraped from the endpoint through a real server, parsed with prometheus-client.
+
+Each test reads the metrics before and after what it does and checks the difference, so the
+counts of other tests (one registry per process) do not matter.
+"""
+
+from __future__ import annotations
+
+import http.client
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.contrib.sessions.backends.db import SessionStore
+from django.core.checks import Error
+from django.test import override_settings
+from prometheus_client.parser import text_string_to_metric_families
+
+from django_workhorse import (
+    Debounce,
+    EnqueueIdempotencyConflictError,
+    EnqueueOptions,
+    EnqueueRequest,
+    EnqueueValidationError,
+    Idempotency,
+    Unique,
+    conf,
+    enqueue,
+    enqueue_many,
+)
+from django_workhorse.checks import check_settings
+from tests.processes import ROOT, subprocess_database_url
+from tests.worker_tasks import run_worker
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+TOKEN = "t" * conf.MIN_METRICS_TOKEN_CHARS
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+class Scraper:
+    """GETs the metrics endpoint of the live server with a plain HTTP client."""
+
+    def __init__(self, base_url: str) -> None:
+        parts = urlsplit(base_url)
+        self.host, self.port = parts.hostname or "localhost", parts.port or 80
+
+    def get(self, headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], str]:
+        conn = http.client.HTTPConnection(self.host, self.port, timeout=60)
+        try:
+            conn.request("GET", "/metrics/", headers=headers or {})
+            response = conn.getresponse()
+            return response.status, {k.lower(): v for k, v in response.getheaders()}, response.read().decode()
+        finally:
+            conn.close()
+
+    def samples(self) -> Samples:
+        status, _, text = self.get({"Authorization": f"Bearer {TOKEN}"})
+        assert status == 200, text
+        return {
+            (sample.name, frozenset(sample.labels.items())): sample.value
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+        }
+
+
+@pytest.fixture
+def scraper(live_server) -> Iterator[Scraper]:
+    with override_settings(WORKHORSE_METRICS_TOKEN=TOKEN):
+        yield Scraper(live_server.url)
+
+
+def changes(before: Samples, after: Samples, name: str) -> dict[frozenset[tuple[str, str]], float]:
+    """The label sets of ``name`` whose value changed, and by how much."""
+    keys = {labels for sample, labels in after if sample == name}
+    deltas = {labels: after[(name, labels)] - before.get((name, labels), 0.0) for labels in keys}
+    return {labels: delta for labels, delta in deltas.items() if delta}
+
+
+def labels(**values: str) -> frozenset[tuple[str, str]]:
+    return frozenset(values.items())
+
+
+REQUESTS = "workhorse_enqueue_requests_total"
+
+
+def test_each_enqueue_outcome_is_counted_once_under_its_queue_mode_and_outcome(scraper):
+    before = scraper.samples()
+    enqueue("tests.record", {"n": 1}, queue="m-plain")
+    key = Idempotency("order-1", scope="metrics")
+    enqueue("tests.record", {"n": 1}, queue="m-keyed", idempotency=key)
+    enqueue("tests.record", {"n": 1}, queue="m-keyed", idempotency=key)  # replayed
+    with pytest.raises(EnqueueIdempotencyConflictError):
+        enqueue("tests.record", {"n": 2}, queue="m-keyed", idempotency=key)
+    enqueue("tests.record", {"n": 1}, queue="m-unique", unique=Unique("u-1", scope="metrics"))
+    enqueue("tests.record", {"n": 1}, queue="m-unique", unique=Unique("u-1", scope="metrics"))  # coalesced
+    window = timedelta(minutes=5)
+    enqueue("tests.record", {"n": 1}, queue="m-debounce", debounce=Debounce("d-1", window, scope="metrics"))
+    enqueue("tests.record", {"n": 2}, queue="m-debounce", debounce=Debounce("d-1", window, scope="metrics"))
+    # A debounce request on a key another mode owns cannot replace its job.
+    enqueue("tests.record", {"n": 1}, queue="m-keyed", debounce=Debounce("order-1", window, scope="metrics"))
+    with pytest.raises(EnqueueValidationError):
+        enqueue("tests.record", {"n": 1}, queue="m-plain", priority=10**6)
+    after = scraper.samples()
+
+    assert changes(before, after, REQUESTS) == {
+        labels(queue="m-plain", mode="none", outcome="accepted"): 1,
+        labels(queue="m-keyed", mode="idempotency", outcome="accepted"): 1,
+        labels(queue="m-keyed", mode="idempotency", outcome="replayed"): 1,
+        labels(queue="m-keyed", mode="idempotency", outcome="conflict"): 1,
+        labels(queue="m-unique", mode="unique", outcome="accepted"): 1,
+        labels(queue="m-unique", mode="unique", outcome="coalesced"): 1,
+        labels(queue="m-debounce", mode="debounce", outcome="accepted"): 1,
+        labels(queue="m-debounce", mode="debounce", outcome="replaced"): 1,
+        labels(queue="m-keyed", mode="debounce", outcome="non_replaceable"): 1,
+        labels(queue="", mode="", outcome="invalid"): 1,
+    }
+    # One duration per call that was settled: eight single calls (the refused ones are not timed).
+    durations = changes(before, after, "workhorse_enqueue_duration_seconds_count")
+    assert sum(durations.values()) == 8
+    assert durations[labels(mode="idempotency")] == 2
+
+
+def test_a_batch_is_counted_per_request_and_timed_once_as_a_batch(scraper):
+    before = scraper.samples()
+    plain = EnqueueOptions(queue="m-batch")
+    keyed = EnqueueOptions(queue="m-batch", idempotency=Idempotency("b-1", scope="metrics"))
+    enqueue_many(
+        [EnqueueRequest("tests.record", {"n": n}, plain) for n in range(3)]
+        + [EnqueueRequest("tests.record", {"n": 9}, keyed)] * 2
+    )
+    after = scraper.samples()
+
+    assert changes(before, after, REQUESTS) == {
+        labels(queue="m-batch", mode="none", outcome="accepted"): 3,
+        labels(queue="m-batch", mode="idempotency", outcome="accepted"): 1,
+        labels(queue="m-batch", mode="idempotency", outcome="replayed"): 1,
+    }
+    assert changes(before, after, "workhorse_enqueue_duration_seconds_count") == {labels(mode="batch"): 1}
+
+
+def test_a_worker_counts_finished_attempts_by_status_and_times_handlers_and_claims(scraper):
+    enqueue("tests.record", {"n": 1}, queue="m-work")
+    enqueue("tests.record", {"n": 2}, queue="m-work")
+    enqueue("tests.always_fail", {"n": 3}, queue="m-work", max_attempts=1)
+    before = scraper.samples()
+    run_worker(queues=["m-work"])
+    after = scraper.samples()
+
+    assert changes(before, after, "workhorse_attempts_finished_total") == {
+        labels(queue="m-work", status="succeeded"): 2,
+        labels(queue="m-work", status="dead"): 1,
+    }
+    assert changes(before, after, "workhorse_dead_letters_total") == {labels(queue="m-work"): 1}
+    assert changes(before, after, "workhorse_handler_duration_seconds_count") == {labels(queue="m-work"): 3}
+    claims = changes(before, after, "workhorse_claim_duration_seconds_count")
+    assert claims[frozenset()] >= 1
+
+
+def test_the_endpoint_refuses_anonymous_requests_and_a_wrong_token(scraper):
+    anonymous = scraper.get()
+    wrong = scraper.get({"Authorization": "Bearer " + "x" * len(TOKEN)})
+    not_bearer = scraper.get({"Authorization": f"Basic {TOKEN}"})
+    right = scraper.get({"Authorization": f"Bearer {TOKEN}"})
+
+    for status, headers, body in (anonymous, wrong, not_bearer):
+        assert (status, headers["www-authenticate"]) == (401, 'Bearer realm="workhorse-metrics"')
+        assert "workhorse_" not in body
+    assert right[0] == 200
+    assert right[1]["content-type"].startswith("text/plain; version=")
+    assert "workhorse_enqueue_requests" in right[2]
+
+
+def session_of(user: Any) -> dict[str, str]:
+    session = SessionStore()
+    session["_auth_user_id"] = str(user.pk)
+    session["_auth_user_backend"] = "django.contrib.auth.backends.ModelBackend"
+    session["_auth_user_hash"] = user.get_session_auth_hash()
+    session.save()
+    return {"Cookie": f"sessionid={session.session_key}"}
+
+
+def test_staff_read_the_endpoint_and_other_users_are_forbidden(scraper):
+    users = get_user_model().objects
+    staff = users.create_user("metrics-staff", password="x", is_staff=True)
+    other = users.create_user("metrics-user", password="x")
+    inactive = users.create_user("metrics-gone", password="x", is_staff=True, is_active=False)
+
+    assert scraper.get(session_of(staff))[0] == 200
+    assert scraper.get(session_of(other))[0] == 403
+    assert scraper.get(session_of(inactive))[0] == 401  # an inactive user's session logs nobody in
+
+
+def test_without_a_token_setting_only_staff_get_in(live_server):
+    with override_settings(WORKHORSE_METRICS_TOKEN=None):
+        status, _, _ = Scraper(live_server.url).get({"Authorization": "Bearer None"})
+    assert status == 401
+
+
+@pytest.mark.parametrize(
+    ("token", "valid"),
+    [
+        (None, True),
+        ("a" * conf.MIN_METRICS_TOKEN_CHARS, True),
+        ("a" * (conf.MIN_METRICS_TOKEN_CHARS - 1), False),
+        ("a" * conf.MAX_METRICS_TOKEN_CHARS, True),
+        ("a" * (conf.MAX_METRICS_TOKEN_CHARS + 1), False),
+        ("a" * 15 + " secret", False),
+        ("a" * 15 + "é", False),
+        (12345678901234567, False),
+    ],
+    ids=["unset", "16 chars", "15 chars", "512 chars", "513 chars", "a space", "not ASCII", "not a string"],
+)
+def test_the_token_setting_is_held_to_its_bounds_and_never_echoed(token, valid):
+    with override_settings(WORKHORSE_METRICS_TOKEN=token):
+        errors = [e for e in check_settings() if e.id == "workhorse.E301"]
+    if valid:
+        assert errors == []
+    else:
+        assert len(errors) == 1 and isinstance(errors[0], Error)
+        assert "WORKHORSE_METRICS_TOKEN must be None or 16..512 visible ASCII characters" in errors[0].msg
+        assert not isinstance(token, str) or token not in errors[0].msg
+
+
+BLOCKED = """
+import sys, importlib.abc
+
+class Absent(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("prometheus_client", "opentelemetry"):
+            raise ImportError(f"{name} is not installed")
+        return None
+
+sys.meta_path.insert(0, Absent())
+import django
+django.setup()
+from django_workhorse import Idempotency, enqueue, instruments
+from django_workhorse.models import Job
+assert instruments._metrics is None
+first = enqueue("tests.record", {"n": 1}, idempotency=Idempotency("absent-1"))
+assert enqueue("tests.record", {"n": 1}, idempotency=Idempotency("absent-1")) == first
+from tests.worker_tasks import run_worker
+stats = run_worker()
+assert Job.objects.get(pk=first).status == "succeeded", stats
+try:
+    import django_workhorse.metrics.urls
+except Exception as exc:
+    print(type(exc).__name__, exc)
+"""
+
+
+def test_everything_works_without_the_extras_installed():
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "tests.settings",
+        "DATABASE_URL": subprocess_database_url(),
+        "PYTHONPATH": str(ROOT),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", BLOCKED], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert "ImproperlyConfigured django_workhorse.metrics needs prometheus-client" in done.stdout
