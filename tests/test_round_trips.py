@@ -135,35 +135,25 @@ def test_outside_atomic_the_first_statement_runs_in_autocommit(other_connection)
 
 
 @pytest.mark.parametrize(
-    ("level", "shown"),
+    ("attribute", "value", "setting", "shown"),
     [
-        (psycopg.IsolationLevel.SERIALIZABLE, "serializable"),
-        (psycopg.IsolationLevel.REPEATABLE_READ, "repeatable read"),
-        (None, "read committed"),
+        ("isolation_level", psycopg.IsolationLevel.SERIALIZABLE, "transaction_isolation", "serializable"),
+        ("isolation_level", psycopg.IsolationLevel.REPEATABLE_READ, "transaction_isolation", "repeatable read"),
+        ("isolation_level", None, "transaction_isolation", "read committed"),
+        ("read_only", True, "transaction_read_only", "on"),
+        ("deferrable", True, "transaction_deferrable", "on"),
     ],
 )
-def test_the_begin_carries_the_connections_isolation_level(level, shown):
+def test_the_begin_carries_the_connections_isolation_level_and_access_mode(attribute, value, setting, shown):
     connection.ensure_connection()
     raw = connection.connection
-    raw.isolation_level = level
+    setattr(raw, attribute, value)
     try:
         with transaction.atomic():
-            rows = execute_first("default", "SELECT current_setting('transaction_isolation')", {})
+            rows = execute_first("default", "SELECT current_setting(%(setting)s)", {"setting": setting})
     finally:
-        raw.isolation_level = None
+        setattr(raw, attribute, None)
     assert rows == [(shown,)]
-
-
-def test_the_begin_carries_the_connections_access_mode():
-    connection.ensure_connection()
-    raw = connection.connection
-    raw.read_only = True
-    try:
-        with transaction.atomic():
-            rows = execute_first("default", "SELECT current_setting('transaction_read_only')", {})
-    finally:
-        raw.read_only = None
-    assert rows == [("on",)]
 
 
 def test_the_last_statement_commits_and_on_commit_callbacks_run_once_after_it(other_connection):
