@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import itertools
+import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
@@ -19,12 +20,14 @@ from django_workhorse import conf, eager, instruments, sql
 from django_workhorse.conf import app_settings
 from django_workhorse.exceptions import EnqueueIdempotencyConflictError, EnqueueValidationError, KeyNotSettledError
 from django_workhorse.fingerprint import differing_fields
+from django_workhorse.log_fields import enqueued_fields
 from django_workhorse.models import Job
 from django_workhorse.prepared import PreparedJob
 from django_workhorse.types import EnqueueOptions, EnqueueOutcome, EnqueueRequest, EnqueueResult, JobId, KeyMode
 from django_workhorse.types import NonReplaceableReason as Reason
 from django_workhorse.validation import CheckedOptions, check_options, prepare, resolve_options
 
+logger = logging.getLogger(__name__)
 # A key can change hands between our statements (expired and taken over, pruned, purged); each
 # round re-reads it. Needing more than a few rounds means something is badly wrong.
 MAX_ROUNDS = 8
@@ -172,6 +175,19 @@ def _submit(requests: list[PreparedJob], alias: str, *, batch: bool) -> list[Enq
         raise
     if results:
         instruments.enqueue_settled(requests, results, started)
+        if logger.isEnabledFor(logging.DEBUG):
+            for request, result in zip(requests, results, strict=True):
+                logger.debug(
+                    "Enqueue id=%s type=%s queue=%s outcome=%s",
+                    result.job_id,
+                    request.job_type,
+                    request.queue,
+                    result.outcome.value,
+                    extra={
+                        **enqueued_fields(result.job_id, request.job_type, request.queue),
+                        "outcome": result.outcome.value,
+                    },
+                )
     return results
 
 

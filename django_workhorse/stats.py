@@ -13,6 +13,7 @@ from django.db.models import Count, Min, Q, QuerySet
 from django.db.models.functions import Left, TruncMinute
 from django.utils import timezone
 
+from django_workhorse.conf import app_settings
 from django_workhorse.models import Job, JobStatus, WorkerRecord
 
 THROUGHPUT_MINUTES = 60
@@ -155,6 +156,13 @@ def workers(*, using: str | None = None) -> list[WorkerStatus]:
         )
         for record in WorkerRecord.objects.using(alias).order_by("name")
     ]
+
+
+def live_worker_count(*, using: str | None = None, now: datetime | None = None) -> int:
+    """Return how many registered workers sent a heartbeat within ``WORKHORSE_WORKER_STALE_AFTER``."""
+    since = (now or timezone.now()) - app_settings.WORKER_STALE_AFTER
+    alias = using or router.db_for_read(WorkerRecord)
+    return int(WorkerRecord.objects.using(alias).filter(heartbeat_at__gte=since).count())
 
 
 def _jobs(using: str | None) -> QuerySet[Job]:

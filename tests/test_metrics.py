@@ -252,6 +252,12 @@ try:
     import django_workhorse.metrics.urls
 except Exception as exc:
     print(type(exc).__name__, exc)
+from django.core.management import call_command
+from django.core.management.base import CommandError
+try:
+    call_command("workhorse_worker", "--burst", "--metrics-port", "9")
+except CommandError as exc:
+    print("CommandError", exc)
 """
 
 
@@ -267,3 +273,160 @@ def test_everything_works_without_the_extras_installed():
     )
     assert done.returncode == 0, done.stderr
     assert "ImproperlyConfigured django_workhorse.metrics needs prometheus-client" in done.stdout
+    assert "CommandError --metrics-port needs prometheus-client" in done.stdout
+
+
+@pytest.fixture
+def gauges() -> Iterator[Any]:
+    from django_workhorse.metrics.views import GAUGES
+
+    ttl = GAUGES.ttl
+    GAUGES.ttl = 3600.0  # a period no test outlasts: a test says when it is over (forget)
+    GAUGES.forget()
+    yield GAUGES
+    GAUGES.ttl = ttl
+    GAUGES.forget()
+
+
+def gauge_values(samples: Samples, name: str) -> dict[frozenset[tuple[str, str]], float]:
+    return {labels: value for (sample, labels), value in samples.items() if sample == name}
+
+
+def test_the_gauges_match_what_the_database_holds(scraper, gauges):
+    from django.utils import timezone
+
+    from django_workhorse.models import Job, JobStatus, WorkerRecord
+    from tests.factories import JobFactory
+
+    now = timezone.now()
+    JobFactory(queue="g-a", run_at=now - timedelta(minutes=2))
+    JobFactory(queue="g-a", run_at=now - timedelta(seconds=1))
+    JobFactory(queue="g-a", run_at=now + timedelta(hours=1))
+    JobFactory(
+        queue="g-b", status=JobStatus.RUNNING, attempt=1, started_at=now, lease_expires_at=now + timedelta(minutes=5)
+    )
+    JobFactory(queue="g-b", status=JobStatus.DEAD, attempt=1, finished_at=now)
+    JobFactory(queue="g-b", status=JobStatus.SUCCEEDED, attempt=1, finished_at=now)
+    for name, heartbeat in (("alive", now), ("stale", now - timedelta(hours=1))):
+        WorkerRecord.objects.create(
+            name=name, host="h", pid=1, queues=["g-a"], concurrency=1, started_at=heartbeat, heartbeat_at=heartbeat
+        )
+    samples = scraper.samples()
+
+    def orm(queue: str, state: str) -> int:
+        jobs = Job.objects.filter(queue=queue)
+        return {
+            "ready": jobs.filter(status=JobStatus.QUEUED, run_at__lte=now),
+            "scheduled": jobs.filter(status=JobStatus.QUEUED, run_at__gt=now),
+            "running": jobs.filter(status=JobStatus.RUNNING),
+            "dead": jobs.filter(status=JobStatus.DEAD),
+        }[state].count()
+
+    expected = {
+        labels(queue=queue, state=state): float(orm(queue, state))
+        for queue in ("g-a", "g-b")
+        for state in ("ready", "scheduled", "running", "dead")
+    }
+    assert gauge_values(samples, "workhorse_jobs") == expected
+    assert expected[labels(queue="g-a", state="ready")] == 2  # the ORM side is not empty either
+    ages = gauge_values(samples, "workhorse_oldest_ready_age_seconds")
+    assert ages[labels(queue="g-a")] >= 120 and ages[labels(queue="g-b")] == 0
+    assert gauge_values(samples, "workhorse_workers_alive") == {frozenset(): 1.0}
+
+
+def test_the_gauges_are_read_once_per_cache_period(scraper, gauges):
+    from tests.factories import JobFactory
+
+    JobFactory(queue="g-cache")
+    first = gauge_values(scraper.samples(), "workhorse_jobs")[labels(queue="g-cache", state="ready")]
+    JobFactory(queue="g-cache")
+    cached = gauge_values(scraper.samples(), "workhorse_jobs")[labels(queue="g-cache", state="ready")]
+    gauges.forget()  # the period is over
+    fresh = gauge_values(scraper.samples(), "workhorse_jobs")[labels(queue="g-cache", state="ready")]
+    assert (first, cached, fresh) == (1, 1, 2)
+
+
+def metrics_of_port(port: int) -> Samples | None:
+    """The samples a worker's --metrics-port serves, or None while nothing answers there."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.request("GET", "/metrics")
+        text = conn.getresponse().read().decode()
+    except OSError:
+        return None
+    finally:
+        conn.close()
+    return {
+        (sample.name, frozenset(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def test_a_worker_serves_its_own_metrics_on_its_metrics_port(tmp_path):
+    from tests.pgbouncer import _free_port
+    from tests.processes import worker_spawner
+    from tests.test_worker_processes import COMMON, WORKER_MAIN
+    from tests.worker_tasks import wait_for
+
+    port = _free_port()
+    command = [sys.executable, str(WORKER_MAIN), *COMMON, "--queues", "m-port", "--metrics-port", str(port)]
+    with worker_spawner(tmp_path, command) as start:
+        start()
+        for n in range(3):
+            enqueue("tests.record", {"n": n}, queue="m-port")
+        succeeded = ("workhorse_attempts_finished_total", labels(queue="m-port", status="succeeded"))
+
+        def counted() -> float:
+            samples = metrics_of_port(port)
+            return 0.0 if samples is None else samples.get(succeeded, 0.0)
+
+        assert wait_for(lambda: counted() == 3, timeout=60, what="three attempts on the worker's port")
+        samples = metrics_of_port(port)
+        assert samples is not None
+        assert samples[("workhorse_handler_duration_seconds_count", labels(queue="m-port"))] == 3
+        assert not any(name == "workhorse_jobs" for name, _ in samples)  # the gauges are the web endpoint's
+
+
+def test_a_metrics_port_that_is_taken_stops_the_worker_with_a_clear_error():
+    import socket
+
+    from django.core.management import call_command
+    from django.core.management.base import CommandError
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(CommandError, match=f"--metrics-port: cannot serve on 127.0.0.1:{port}"):
+            call_command("workhorse_worker", "--burst", "--metrics-port", str(port))
+
+
+@pytest.mark.parametrize("port", ["0", "65536", "x"])
+def test_the_metrics_port_is_held_to_its_bounds(port):
+    from django.core.management import call_command
+    from django.core.management.base import CommandError
+
+    with pytest.raises(CommandError, match="must be an integer in 1..65535"):
+        call_command("workhorse_worker", "--burst", "--metrics-port", port)
+
+
+def test_worker_and_enqueue_log_records_carry_the_jobs_fields(caplog):
+    import logging
+
+    caplog.set_level(logging.DEBUG, logger="django_workhorse")
+    ok = enqueue("tests.record", {"n": 1}, queue="m-logs")
+    bad = enqueue("tests.always_fail", {"n": 2}, queue="m-logs", max_attempts=1)
+    run_worker(queues=["m-logs"])
+
+    def fields(record: logging.LogRecord) -> tuple[Any, ...]:
+        return tuple(getattr(record, name, None) for name in ("job_id", "job_type", "queue", "attempt"))
+
+    enqueued = [fields(r) for r in caplog.records if r.getMessage().startswith("Enqueue id=")]
+    finished = {
+        fields(r) + (r.status,)
+        for r in caplog.records
+        if r.getMessage().startswith("Finished job")  # type: ignore[attr-defined]
+    }
+    assert enqueued == [(ok, "tests.record", "m-logs", 0), (bad, "tests.always_fail", "m-logs", 0)]
+    assert finished == {(ok, "tests.record", "m-logs", 1, "succeeded"), (bad, "tests.always_fail", "m-logs", 1, "dead")}

@@ -205,6 +205,7 @@ def test_with_query_logging_both_are_ordinary_statements_that_django_logs(other_
         assert group_names(other_connection) == []  # not committed yet: Django's COMMIT does it
     # Django logs its own BEGIN and COMMIT, each a statement of its own, around the two.
     logged = [query["sql"] for query in queries.captured_queries]
-    assert [sql.split()[0] for sql in logged] == ["BEGIN", "QUERY", "QUERY", "COMMIT"]
-    assert all("INSERT INTO auth_group" in sql for sql in logged[1:3])
+    assert (len(logged), logged[0], logged[-1]) == (4, "BEGIN", "COMMIT")
+    # Django 5.2 logs a statement bound server-side without its text (None); later versions show it.
+    assert all(sql is None or "INSERT INTO auth_group" in sql for sql in logged[1:3])
     assert group_names(other_connection) == ["a", "b"]

@@ -17,8 +17,13 @@ except ImportError as exc:  # the URLconf includes this module: say what is miss
         "django_workhorse.metrics needs prometheus-client: pip install 'django-workhorse[metrics]'"
     ) from exc
 
+from django_workhorse.metrics.gauges import DatabaseGauges  # noqa: E402 (after the import check)
+
 BEARER = "Bearer "
 REALM = 'Bearer realm="workhorse-metrics"'
+# The gauges read from PostgreSQL, in the registry the endpoint serves (only where it is served).
+GAUGES = DatabaseGauges()
+REGISTRY.register(GAUGES)
 
 
 def metrics(request: HttpRequest) -> HttpResponse:

@@ -18,6 +18,7 @@ from django_workhorse.exceptions import (
     LeaseLostError,
     ResultNotStorableError,
 )
+from django_workhorse.log_fields import job_fields
 from django_workhorse.registry import get_handler
 from django_workhorse.retry import RetryPolicy
 from django_workhorse.storable import check_json, storable_text
@@ -54,7 +55,7 @@ def execute(job: sql.claims.ClaimedJob, context: HandlerContext, started: Callab
     try:
         value = get_handler(job.job_type).call(job.payload, context)
     except LeaseLostError:
-        logger.warning("Lease lost id=%s attempt=%s", job.id, job.attempt)
+        logger.warning("Lease lost id=%s attempt=%s", job.id, job.attempt, extra=job_fields(job))
         return Outcome(job, "lost")
     except JobCancelledError:
         return Outcome(job, "cancelled", events=(("cancelled", {}),))
@@ -99,8 +100,15 @@ def record(alias: str, outcomes: Sequence[Outcome]) -> list[str]:
         job = outcome.job
         status = outcome.status if job.id in held else "lost"
         if status == "lost" and outcome.status != "lost":
-            logger.warning("Lease lost before recording id=%s attempt=%s", job.id, job.attempt)
-        logger.info("Finished job id=%s type=%s attempt=%s status=%s", job.id, job.job_type, job.attempt, status)
+            logger.warning("Lease lost before recording id=%s attempt=%s", job.id, job.attempt, extra=job_fields(job))
+        logger.info(
+            "Finished job id=%s type=%s attempt=%s status=%s",
+            job.id,
+            job.job_type,
+            job.attempt,
+            status,
+            extra={**job_fields(job), "status": status},
+        )
         statuses.append(status)
     return statuses
 
@@ -135,7 +143,9 @@ def _retry_at(job: sql.claims.ClaimedJob) -> datetime | None:
     try:
         delay = RetryPolicy.from_json(job.retry_policy).delay_for(job.attempt)
     except Exception:  # a stored policy this version cannot read must not lose the failure
-        logger.exception("Unreadable retry policy id=%s; retrying in %s", job.id, FALLBACK_RETRY_DELAY)
+        logger.exception(
+            "Unreadable retry policy id=%s; retrying in %s", job.id, FALLBACK_RETRY_DELAY, extra=job_fields(job)
+        )
         delay = FALLBACK_RETRY_DELAY
     retry_at = _now() + delay
     if job.deadline is not None and retry_at > job.deadline:

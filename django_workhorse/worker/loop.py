@@ -22,6 +22,7 @@ from django.db import DatabaseError, close_old_connections, connections
 from django_workhorse import instruments, sql
 from django_workhorse.conf import DEFAULT_DRAIN_TIMEOUT, DEFAULT_LEASE, app_settings
 from django_workhorse.exceptions import WorkerThreadError
+from django_workhorse.log_fields import job_fields
 from django_workhorse.maintenance import run_maintenance
 from django_workhorse.types import EnqueueOutcome
 from django_workhorse.worker.context import HandlerContext
@@ -217,7 +218,7 @@ class Worker:
                 close_old_connections()
                 outcome = execute(held.job, held.context, started=held.mark_started)
             except Exception as exc:  # the worker's own failure around the handler: the job's failure
-                logger.exception("Running job failed id=%s", held.job.id)
+                logger.exception("Running job failed id=%s", held.job.id, extra=job_fields(held.job))
                 outcome = failure(held.job, exc)
             held.ended = True
             self._outcomes.put(dataclasses.replace(outcome, duration=time.perf_counter() - began))
@@ -306,7 +307,7 @@ class Worker:
             if job.job.id not in alive:
                 if job.ended:  # its outcome was written meanwhile: finished, not lost
                     continue
-                logger.warning("Lease lost id=%s; asking its handler to stop", job.job.id)
+                logger.warning("Lease lost id=%s; asking its handler to stop", job.job.id, extra=job_fields(job.job))
                 job.context.cancel()
             elif alive[job.job.id]:
                 job.context.cancel(requested=True)

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from django.db import connections
 
+from django_workhorse.log_fields import job_fields
 from django_workhorse.worker.execution import Outcome, record, unwritable
 
 logger = logging.getLogger(__name__)
@@ -33,7 +34,11 @@ def _write_one(alias: str, outcome: Outcome) -> str:
     try:
         return record(alias, [outcome])[0]
     except Exception as exc:
-        logger.exception("Recording the outcome failed id=%s; recording a failure instead", outcome.job.id)
+        logger.exception(
+            "Recording the outcome failed id=%s; recording a failure instead",
+            outcome.job.id,
+            extra=job_fields(outcome.job),
+        )
         close_connection(alias)
         replacement = unwritable(outcome, exc)
     try:
@@ -41,7 +46,9 @@ def _write_one(alias: str, outcome: Outcome) -> str:
     except Exception:
         # Not even a failure can be written: stop holding the job, so its lease lapses and a
         # worker reclaims it (dead with "lease expired" if that was its last attempt).
-        logger.exception("Recording a failure failed too id=%s; its lease will lapse", outcome.job.id)
+        logger.exception(
+            "Recording a failure failed too id=%s; its lease will lapse", outcome.job.id, extra=job_fields(outcome.job)
+        )
         close_connection(alias)
         return "unrecorded"
 

@@ -51,6 +51,18 @@ def queue_list(text: str) -> list[str]:
     return names
 
 
+def serve_metrics(address: str, port: int) -> None:
+    """Start the metrics server of --metrics-port, or say why it cannot run."""
+    try:
+        from django_workhorse.metrics import server
+    except ImportError:
+        raise CommandError("--metrics-port needs prometheus-client: pip install 'django-workhorse[metrics]'") from None
+    try:
+        server.serve(address, port)
+    except OSError as exc:
+        raise CommandError(f"--metrics-port: cannot serve on {address}:{port}: {exc.strerror or exc}") from exc
+
+
 class Command(BaseCommand):
     help = (
         "Run django-workhorse jobs until SIGTERM/SIGINT (or, with --burst, until no job is ready). "
@@ -76,6 +88,15 @@ class Command(BaseCommand):
             help="Alias for the LISTEN connection (default: --database); 'none' polls only (PgBouncer).",
         )
         parser.add_argument(
+            "--metrics-port",
+            type=bounded_int(1, 65535),
+            default=None,
+            help="Serve this worker's Prometheus metrics on this port (needs django-workhorse[metrics]).",
+        )
+        parser.add_argument(
+            "--metrics-address", default="127.0.0.1", help="Address of --metrics-port (127.0.0.1; 0.0.0.0 for all)."
+        )
+        parser.add_argument(
             "--no-scheduler",
             action="store_false",
             dest="scheduler",
@@ -96,6 +117,8 @@ class Command(BaseCommand):
         database: str,
         listen_database: str | None,
         scheduler: bool,
+        metrics_port: int | None,
+        metrics_address: str,
         verbosity: int,
         **options: Any,
     ) -> None:
@@ -119,6 +142,8 @@ class Command(BaseCommand):
             listen_using=listen,
             scheduler=scheduler,
         )
+        if metrics_port is not None:
+            serve_metrics(metrics_address, metrics_port)
         try:
             stats = worker.run()
         except WorkerThreadError as exc:

@@ -1,0 +1,22 @@
+"""The fields a log record about one job carries as ``extra``, for JSON log formatters.
+
+Every worker and enqueue record about a job has ``job_id``, ``job_type``, ``queue`` and
+``attempt`` (0 for an enqueue) as attributes of the ``LogRecord``, besides its message.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from django_workhorse.sql.claims import ClaimedJob
+
+
+def job_fields(job: ClaimedJob) -> dict[str, Any]:
+    """The ``extra`` of a record about a claimed job's attempt."""
+    return {"job_id": job.id, "job_type": job.job_type, "queue": job.queue, "attempt": job.attempt}
+
+
+def enqueued_fields(job_id: int, job_type: str, queue: str) -> dict[str, Any]:
+    """The ``extra`` of a record about an enqueue (no attempt has run: 0)."""
+    return {"job_id": job_id, "job_type": job_type, "queue": queue, "attempt": 0}

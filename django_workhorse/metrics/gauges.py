@@ -1,0 +1,76 @@
+"""Gauges read from PostgreSQL when the metrics are scraped: queue depths, the oldest ready job's
+age, live workers. The numbers are ``stats.queue_depths()``'s (those of the dashboard and
+``workhorse_status``), read at most once per ``ttl`` seconds, so scrapes from several Prometheus
+servers cost one set of queries.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+
+from django.db import DatabaseError
+from django.utils import timezone
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from django_workhorse import stats
+
+logger = logging.getLogger(__name__)
+
+CACHE_SECONDS = 5.0
+STATES = ("ready", "scheduled", "running", "dead")
+
+
+class DatabaseGauges(Collector):
+    """A prometheus-client collector of the gauges, cached for ``ttl`` seconds."""
+
+    def __init__(self, ttl: float = CACHE_SECONDS) -> None:
+        self.ttl = ttl
+        self._lock = threading.Lock()
+        self._read_at = -float("inf")
+        self._metrics: list[Metric] = []
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            if time.monotonic() - self._read_at >= self.ttl:
+                try:
+                    self._metrics = _read()
+                except DatabaseError:  # the counters still answer; the gauges wait for the database
+                    logger.exception("Reading the metrics gauges failed")
+                    self._metrics = []
+                self._read_at = time.monotonic()
+            return iter(list(self._metrics))
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(())  # registering must not query the database
+
+    def forget(self) -> None:
+        """Read the database again at the next scrape."""
+        with self._lock:
+            self._read_at = -float("inf")
+
+
+def _read() -> list[Metric]:
+    now = timezone.now()
+    jobs = GaugeMetricFamily(
+        "workhorse_jobs", "Jobs by queue and state (ready, scheduled, running, dead).", labels=["queue", "state"]
+    )
+    oldest = GaugeMetricFamily(
+        "workhorse_oldest_ready_age_seconds",
+        "How long the oldest ready job of each queue has waited past its run_at (0 when none is ready).",
+        labels=["queue"],
+    )
+    for depth in stats.queue_depths(now=now):
+        for state in STATES:
+            jobs.add_metric([depth.queue, state], getattr(depth, state))
+        age = depth.oldest_ready_age or timedelta(0)
+        oldest.add_metric([depth.queue], age.total_seconds())
+    workers = GaugeMetricFamily(
+        "workhorse_workers_alive", "Registered workers whose heartbeat is within WORKHORSE_WORKER_STALE_AFTER."
+    )
+    workers.add_metric([], stats.live_worker_count(now=now))
+    return [jobs, oldest, workers]
