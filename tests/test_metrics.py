@@ -17,7 +17,6 @@ from urllib.parse import urlsplit
 
 import pytest
 from django.contrib.auth import get_user_model
-from django.contrib.sessions.backends.db import SessionStore
 from django.core.checks import Error
 from django.test import override_settings
 from prometheus_client.parser import text_string_to_metric_families
@@ -36,6 +35,7 @@ from django_workhorse import (
 )
 from django_workhorse.checks import check_settings
 from tests.processes import ROOT, subprocess_database_url
+from tests.test_http_idempotency import session_cookie
 from tests.worker_tasks import run_worker
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -178,12 +178,7 @@ def test_the_endpoint_refuses_anonymous_requests_and_a_wrong_token(scraper):
 
 
 def session_of(user: Any) -> dict[str, str]:
-    session = SessionStore()
-    session["_auth_user_id"] = str(user.pk)
-    session["_auth_user_backend"] = "django.contrib.auth.backends.ModelBackend"
-    session["_auth_user_hash"] = user.get_session_auth_hash()
-    session.save()
-    return {"Cookie": f"sessionid={session.session_key}"}
+    return {"Cookie": session_cookie(user)}
 
 
 def test_staff_read_the_endpoint_and_other_users_are_forbidden(scraper):
