@@ -109,7 +109,7 @@ def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
 def _metrics_token() -> list[CheckMessage]:
     """WORKHORSE_METRICS_TOKEN (workhorse.E301): None, or a token the error never echoes."""
     token = _configured("METRICS_TOKEN")
-    if token is None or is_metrics_token(token):
+    if token is None or _is_metrics_token(token):
         return []
     low, high = conf.MIN_METRICS_TOKEN_CHARS, conf.MAX_METRICS_TOKEN_CHARS
     got = f"a string of {len(token)} characters" if isinstance(token, str) else type(token).__name__
@@ -117,7 +117,7 @@ def _metrics_token() -> list[CheckMessage]:
     return [Error(message, id="workhorse.E301")]
 
 
-def is_metrics_token(token: Any) -> bool:
+def _is_metrics_token(token: Any) -> bool:
     """Whether ``token`` can be the metrics endpoint's bearer token: visible ASCII, within bounds."""
     return (
         isinstance(token, str)

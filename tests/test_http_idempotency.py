@@ -776,6 +776,17 @@ def test_a_commit_that_fails_stores_nothing_and_leaves_the_key_free_and_the_conn
             cursor.execute("DROP TABLE IF EXISTS test_deferred_child, test_deferred_parent")
 
 
+def wait_until_expired(record: EffectRecord) -> None:
+    """Poll until the database clock has passed ``record``'s expiry."""
+
+    def expired() -> bool:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT clock_timestamp() > %s", [record.expires_at])
+            return bool(cursor.fetchone()[0])
+
+    wait_for(expired, what="the database clock to pass the record's expiry")
+
+
 def test_a_record_past_its_ttl_is_taken_over_and_the_view_runs_again():
     from django.http import JsonResponse
 
@@ -788,13 +799,7 @@ def test_a_record_past_its_ttl_is_taken_over_and_the_view_runs_again():
 
     first = short(keyed_request('"short-1"'))
     record = EffectRecord.objects.get(scope="tests.short")
-
-    def expired() -> bool:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT clock_timestamp() > %s", [record.expires_at])
-            return bool(cursor.fetchone()[0])
-
-    wait_for(expired, what="the database clock to pass the record's expiry")
+    wait_until_expired(record)
     again = short(keyed_request('"short-1"'))
     replay = short(keyed_request('"short-1"'))
 
@@ -848,13 +853,7 @@ def test_maintenance_prunes_http_records_past_their_ttl_with_the_other_ledger_en
 
     view(keyed_request('"pruned-1"'))
     record = EffectRecord.objects.get(scope="tests.pruned")
-
-    def expired() -> bool:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT clock_timestamp() > %s", [record.expires_at])
-            return bool(cursor.fetchone()[0])
-
-    wait_for(expired, what="the database clock to pass the record's expiry")
+    wait_until_expired(record)
     assert prune_expired_effects() == 1
     assert not EffectRecord.objects.filter(scope="tests.pruned").exists()
 

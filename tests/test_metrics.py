@@ -425,3 +425,26 @@ def test_worker_and_enqueue_log_records_carry_the_jobs_fields(caplog):
     }
     assert enqueued == [(ok, "tests.record", "m-logs", 0), (bad, "tests.always_fail", "m-logs", 0)]
     assert finished == {(ok, "tests.record", "m-logs", 1, "succeeded"), (bad, "tests.always_fail", "m-logs", 1, "dead")}
+
+
+def test_while_the_database_cannot_be_read_the_counters_are_served_without_the_gauges(scraper, gauges, monkeypatch):
+    from django.db import DatabaseError
+
+    from django_workhorse.metrics import gauges as gauges_module
+    from tests.factories import JobFactory
+
+    JobFactory(queue="g-down")
+    enqueue("tests.record", {"n": 1}, queue="g-counted")
+
+    def unreadable() -> Any:
+        raise DatabaseError("the database is away")
+
+    monkeypatch.setattr(gauges_module, "_read", unreadable)
+    down = scraper.samples()
+    monkeypatch.undo()
+    gauges.forget()
+    back = scraper.samples()
+
+    assert not gauge_values(down, "workhorse_jobs") and not gauge_values(down, "workhorse_workers_alive")
+    assert down[(REQUESTS, labels(queue="g-counted", mode="none", outcome="accepted"))] >= 1  # counters still answer
+    assert gauge_values(back, "workhorse_jobs")[labels(queue="g-down", state="ready")] == 1
