@@ -17,7 +17,7 @@ from typing import Any
 from django.db import router
 from django.db.models import QuerySet
 
-from django_workhorse import conf, sql
+from django_workhorse import conf, instruments, sql
 from django_workhorse.conf import app_settings
 from django_workhorse.exceptions import InvalidArgumentError, JobDoesNotExist, JobNotDeadError, RedriveConflictError
 from django_workhorse.models import EffectRecord, IdempotencyBinding, Job, JobStatus, Redrive
@@ -109,9 +109,10 @@ def redrive(
         row = sql.actions.find_redrive(alias, source_id=job_id, request_id=request_id)
     if row is None:
         raise _not_redrivable(alias, job_id)
-    created, new_job_id, stored_by, stored_reason = row
+    created, new_job_id, stored_by, stored_reason, queue = row
     if created:
         logger.info("Redrove job id=%s as id=%s request_id=%s", job_id, new_job_id, request_id)
+        instruments.redriven(queue)
         return new_job_id
     _check_same_redrive(job_id, request_id, new_job_id, (stored_by, stored_reason), (requested_by, reason))
     return new_job_id

@@ -166,6 +166,12 @@ class WorkhorseSettings:
         "A bearer token that lets a scraper read the metrics endpoint (16..512 visible ASCII characters); "
         "staff users may read it either way.",
     )
+    METRICS_JOB_TYPE_LABEL = Setting(
+        False,
+        "Label the per-job metrics (enqueue requests, attempts, handler and wait times) with the job type too; "
+        "off by default to keep the number of series bounded.",
+        convert=bool,
+    )
     EAGER = Setting(
         False, "Run accepted, due jobs synchronously right after enqueue (for tests); dedup stays on.", convert=bool
     )

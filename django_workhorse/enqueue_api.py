@@ -16,7 +16,7 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.db import router, transaction
 
-from django_workhorse import conf, eager, instruments, sql
+from django_workhorse import conf, eager, instruments, sql, tracing
 from django_workhorse.conf import app_settings
 from django_workhorse.exceptions import EnqueueIdempotencyConflictError, EnqueueValidationError, KeyNotSettledError
 from django_workhorse.fingerprint import differing_fields
@@ -168,11 +168,14 @@ def _alias(using: str | None) -> str:
 
 def _submit(requests: list[PreparedJob], alias: str, *, batch: bool) -> list[EnqueueResult]:
     started = instruments.clock()
-    try:
-        results = _submit_all(requests, alias, batch=batch)
-    except EnqueueIdempotencyConflictError as exc:
-        instruments.enqueue_refused("conflict", requests[exc.ordinal or 0] if requests else None)
-        raise
+    with tracing.producing(requests) as span:
+        try:
+            results = _submit_all(requests, alias, batch=batch)
+        except EnqueueIdempotencyConflictError as exc:
+            instruments.enqueue_refused("conflict", requests[exc.ordinal or 0] if requests else None)
+            tracing.refused(span, "conflict")
+            raise
+        tracing.settled(span, results)
     if results:
         instruments.enqueue_settled(requests, results, started)
         if logger.isEnabledFor(logging.DEBUG):

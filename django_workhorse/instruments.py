@@ -53,6 +53,12 @@ def claimed(seconds: float) -> None:
         _metrics.claimed(seconds)
 
 
+def attempt_started(job: ClaimedJob) -> None:
+    """Time how long ``job`` waited from its ``run_at`` to the start of this attempt."""
+    if _metrics is not None:
+        _metrics.attempt_started(job, job.waited + (time.perf_counter() - job.claimed_at))
+
+
 def attempt_finished(job: ClaimedJob, status: str, duration: float | None) -> None:
     """Count a finished attempt by queue and written status; time its handler."""
     if _metrics is not None:
@@ -63,3 +69,15 @@ def reclaimed(count: int) -> None:
     """Count jobs whose expired leases a worker reclaimed."""
     if _metrics is not None and count:
         _metrics.reclaimed(count)
+
+
+def redriven(queue: str) -> None:
+    """Count a dead job of ``queue`` run again as a new job."""
+    if _metrics is not None:
+        _metrics.redriven(queue)
+
+
+def schedule_ticked(schedule: str, outcome: str) -> None:
+    """Count a tick of ``schedule``: ``accepted``, ``replayed`` (another worker enqueued it) or ``skipped``."""
+    if _metrics is not None:
+        _metrics.schedule_ticked(schedule, outcome)

@@ -135,6 +135,12 @@ class Job(models.Model):
     scheduled_for = models.DateTimeField(
         null=True, blank=True, help_text="The schedule tick this job runs for (handlers see ctx.scheduled_for)."
     )
+    trace_context = models.JSONField(
+        null=True,
+        blank=True,
+        editable=False,
+        help_text="The W3C trace context (traceparent, tracestate) of the traced enqueue that created the job.",
+    )
 
     class Meta:
         db_table = "workhorse_job"

@@ -60,3 +60,15 @@ class PreparedJob:
     concurrency_limit: int | None
     binding: PreparedBinding | None
     scheduled_for: datetime | None = None  # the schedule tick this job runs for
+    # The W3C trace context of the enqueue's span as JSON text, set by ``tracing`` just before the
+    # statement (never part of the fingerprint: a replay from another trace still replays).
+    trace_context_json: str | None = None
+
+
+# The keyed-mode name of a request without a key, in metrics and traces.
+UNKEYED = "none"
+
+
+def mode_name(request: PreparedJob) -> str:
+    """The keyed mode of ``request`` as metrics and traces name it (``none`` without a key)."""
+    return UNKEYED if request.binding is None else request.binding.mode.value

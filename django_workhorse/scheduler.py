@@ -20,7 +20,7 @@ from datetime import datetime, timedelta
 
 from django.db import router, transaction
 
-from django_workhorse import eager, sql
+from django_workhorse import eager, instruments, sql
 from django_workhorse.conf import app_settings
 from django_workhorse.enqueue_api import enqueue_prepared
 from django_workhorse.exceptions import EnqueueIdempotencyConflictError, EnqueueValidationError, InvalidArgumentError
@@ -90,8 +90,14 @@ def enqueue_due_schedules(now: datetime | None = None, *, using: str | None = No
     with transaction.atomic(using=alias):
         locked = sql.schedules.lock_states(alias, candidates)
         prepared, advances = _plan([runnable[name] for name in candidates], locked, now, max_catch_up)
-        results = _enqueue(alias, prepared, advances)
+        ticked: list[tuple[str, str]] = []
+        results = _enqueue(alias, prepared, advances, ticked)
         sql.schedules.advance(alias, list(advances.values()), now)
+    for name, outcome in ticked:
+        instruments.schedule_ticked(name, outcome)
+    for advance in advances.values():
+        if advance.skip_at is not None:
+            instruments.schedule_ticked(advance.name, "skipped")
     if eager.is_active():
         eager.run_accepted(alias, results)
     return results
@@ -205,9 +211,12 @@ def _request(declared: DeclaredSchedule, tick: datetime, schedule_horizon: timed
     return declared.prepare(key, tick)
 
 
-def _enqueue(alias: str, prepared: list[tuple[str, PreparedJob]], advances: dict[str, Advance]) -> list[EnqueueResult]:
-    """Enqueue the ticks in one batch. A tick another definition of its schedule enqueued already
-    (old and new code during a deploy) is that tick's job: it is left out and the rest resubmitted."""
+def _enqueue(
+    alias: str, prepared: list[tuple[str, PreparedJob]], advances: dict[str, Advance], ticked: list[tuple[str, str]]
+) -> list[EnqueueResult]:
+    """Enqueue the ticks in one batch, adding (schedule, outcome) for each to ``ticked``. A tick
+    another definition of its schedule enqueued already (old and new code during a deploy) is that
+    tick's job (outcome ``conflict``): it is left out and the rest resubmitted."""
     pending = list(prepared)
     while pending:
         try:
@@ -217,9 +226,11 @@ def _enqueue(alias: str, prepared: list[tuple[str, PreparedJob]], advances: dict
             name, job = pending.pop(exc.ordinal)
             logger.warning("Schedule tick enqueued already by another definition name=%s job=%s", name, exc.job_id)
             _record(advances, name, job, exc.job_id)
+            ticked.append((name, "conflict"))
             continue
         for (name, job), result in zip(pending, results, strict=True):
             _record(advances, name, job, result.job_id)
+            ticked.append((name, result.outcome.value))
         return results
     return []
 

@@ -31,6 +31,7 @@ from django_workhorse import (
     Unique,
     conf,
     enqueue,
+    enqueue_due_schedules,
     enqueue_many,
 )
 from django_workhorse.checks import check_settings
@@ -87,7 +88,13 @@ def labels(**values: str) -> frozenset[tuple[str, str]]:
     return frozenset(values.items())
 
 
+def per_job(job_type: str = "", **values: str) -> frozenset[tuple[str, str]]:
+    """The labels of a per-job metric: job_type is empty unless WORKHORSE_METRICS_JOB_TYPE_LABEL is on."""
+    return labels(job_type=job_type, **values)
+
+
 REQUESTS = "workhorse_enqueue_requests_total"
+KEYED = "workhorse_keyed_requests_total"
 
 
 def test_each_enqueue_outcome_is_counted_once_under_its_queue_mode_and_outcome(scraper):
@@ -110,16 +117,26 @@ def test_each_enqueue_outcome_is_counted_once_under_its_queue_mode_and_outcome(s
     after = scraper.samples()
 
     assert changes(before, after, REQUESTS) == {
-        labels(queue="m-plain", mode="none", outcome="accepted"): 1,
-        labels(queue="m-keyed", mode="idempotency", outcome="accepted"): 1,
-        labels(queue="m-keyed", mode="idempotency", outcome="replayed"): 1,
-        labels(queue="m-keyed", mode="idempotency", outcome="conflict"): 1,
-        labels(queue="m-unique", mode="unique", outcome="accepted"): 1,
-        labels(queue="m-unique", mode="unique", outcome="coalesced"): 1,
-        labels(queue="m-debounce", mode="debounce", outcome="accepted"): 1,
-        labels(queue="m-debounce", mode="debounce", outcome="replaced"): 1,
-        labels(queue="m-keyed", mode="debounce", outcome="non_replaceable"): 1,
-        labels(queue="", mode="", outcome="invalid"): 1,
+        per_job(queue="m-plain", mode="none", outcome="accepted"): 1,
+        per_job(queue="m-keyed", mode="idempotency", outcome="accepted"): 1,
+        per_job(queue="m-keyed", mode="idempotency", outcome="replayed"): 1,
+        per_job(queue="m-keyed", mode="idempotency", outcome="conflict"): 1,
+        per_job(queue="m-unique", mode="unique", outcome="accepted"): 1,
+        per_job(queue="m-unique", mode="unique", outcome="coalesced"): 1,
+        per_job(queue="m-debounce", mode="debounce", outcome="accepted"): 1,
+        per_job(queue="m-debounce", mode="debounce", outcome="replaced"): 1,
+        per_job(queue="m-keyed", mode="debounce", outcome="non_replaceable"): 1,
+        per_job(queue="", mode="", outcome="invalid"): 1,
+    }
+    # The keyed requests again, by scope: what the keys saved (replayed, coalesced, replaced) and
+    # the key reused for other work (conflict).
+    assert changes(before, after, KEYED) == {
+        labels(scope="metrics", outcome="accepted"): 3,
+        labels(scope="metrics", outcome="replayed"): 1,
+        labels(scope="metrics", outcome="conflict"): 1,
+        labels(scope="metrics", outcome="coalesced"): 1,
+        labels(scope="metrics", outcome="replaced"): 1,
+        labels(scope="metrics", outcome="non_replaceable"): 1,
     }
     # One duration per call that was settled: eight single calls (the refused ones are not timed).
     durations = changes(before, after, "workhorse_enqueue_duration_seconds_count")
@@ -138,11 +155,121 @@ def test_a_batch_is_counted_per_request_and_timed_once_as_a_batch(scraper):
     after = scraper.samples()
 
     assert changes(before, after, REQUESTS) == {
-        labels(queue="m-batch", mode="none", outcome="accepted"): 3,
-        labels(queue="m-batch", mode="idempotency", outcome="accepted"): 1,
-        labels(queue="m-batch", mode="idempotency", outcome="replayed"): 1,
+        per_job(queue="m-batch", mode="none", outcome="accepted"): 3,
+        per_job(queue="m-batch", mode="idempotency", outcome="accepted"): 1,
+        per_job(queue="m-batch", mode="idempotency", outcome="replayed"): 1,
+    }
+    assert changes(before, after, KEYED) == {
+        labels(scope="metrics", outcome="accepted"): 1,
+        labels(scope="metrics", outcome="replayed"): 1,
     }
     assert changes(before, after, "workhorse_enqueue_duration_seconds_count") == {labels(mode="batch"): 1}
+
+
+def test_the_job_type_is_a_label_only_when_the_setting_is_on(scraper):
+    before = scraper.samples()
+    enqueue("tests.record", {"n": 1}, queue="m-types")
+    with override_settings(WORKHORSE_METRICS_JOB_TYPE_LABEL=True):
+        enqueue("tests.record", {"n": 2}, queue="m-types")
+        enqueue("tests.always_fail", {"n": 3}, queue="m-types", max_attempts=1)
+        run_worker(queues=["m-types"])
+    after = scraper.samples()
+
+    assert changes(before, after, REQUESTS) == {
+        per_job(queue="m-types", mode="none", outcome="accepted"): 1,
+        per_job("tests.record", queue="m-types", mode="none", outcome="accepted"): 1,
+        per_job("tests.always_fail", queue="m-types", mode="none", outcome="accepted"): 1,
+    }
+    assert changes(before, after, "workhorse_attempts_finished_total") == {
+        per_job("tests.record", queue="m-types", status="succeeded"): 2,
+        per_job("tests.always_fail", queue="m-types", status="dead"): 1,
+    }
+    assert changes(before, after, "workhorse_wait_duration_seconds_count") == {
+        per_job("tests.record", queue="m-types"): 2,
+        per_job("tests.always_fail", queue="m-types"): 1,
+    }
+
+
+def test_the_wait_is_timed_from_run_at_to_the_start_of_the_attempt(scraper):
+    from django.utils import timezone
+
+    late = timezone.now() - timedelta(minutes=10)
+    enqueue("tests.record", {"n": 1}, queue="m-wait", run_at=late)
+    before = scraper.samples()
+    run_worker(queues=["m-wait"])
+    after = scraper.samples()
+
+    assert changes(before, after, "workhorse_wait_duration_seconds_count") == {per_job(queue="m-wait"): 1}
+    waited = changes(before, after, "workhorse_wait_duration_seconds_sum")[per_job(queue="m-wait")]
+    assert waited >= 600  # ten minutes overdue; the histogram puts it above its 300 s bucket
+    buckets = changes(before, after, "workhorse_wait_duration_seconds_bucket")
+    assert per_job(queue="m-wait", le="300.0") not in buckets
+    assert buckets[per_job(queue="m-wait", le="900.0")] == 1
+
+
+def test_a_redrive_is_counted_once_whatever_the_number_of_repeats(scraper):
+    from django_workhorse import redrive
+
+    dead = enqueue("tests.always_fail", {"n": 1}, queue="m-redrive", max_attempts=1)
+    run_worker(queues=["m-redrive"])
+    before = scraper.samples()
+    first = redrive(dead, request_id="metrics-1")
+    assert redrive(dead, request_id="metrics-1") == first  # a repeat of the same redrive
+    after = scraper.samples()
+
+    assert changes(before, after, "workhorse_redrives_total") == {labels(queue="m-redrive"): 1}
+
+
+def test_schedule_ticks_are_counted_by_schedule_and_outcome(scraper):
+    from tests.test_scheduler import T0, entry, minutes
+
+    schedules = {"m-every": entry(), "m-late": entry(catch_up="skip")}
+    with override_settings(WORKHORSE_SCHEDULES=schedules):
+        enqueue_due_schedules(T0 + minutes(5))  # the first evaluation: no ticks
+        before = scraper.samples()
+        enqueue_due_schedules(T0 + minutes(10))  # one tick each
+        enqueue_due_schedules(T0 + minutes(25))  # m-late's tick at 20 min is over 60 s late: skipped
+        after = scraper.samples()
+
+    assert changes(before, after, "workhorse_schedule_ticks_total") == {
+        labels(schedule="m-every", outcome="accepted"): 2,
+        labels(schedule="m-late", outcome="accepted"): 1,
+        labels(schedule="m-late", outcome="skipped"): 1,
+    }
+
+
+MULTIPROCESS = """
+import django
+django.setup()
+from django_workhorse import enqueue
+for n in range(2):
+    enqueue("tests.record", {"n": n}, queue="m-multi")
+"""
+
+
+def test_in_multiprocess_mode_the_endpoint_adds_up_every_process(scraper, tmp_path, monkeypatch):
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "tests.settings",
+        "DATABASE_URL": subprocess_database_url(),
+        "PYTHONPATH": str(ROOT),
+        "PROMETHEUS_MULTIPROC_DIR": str(tmp_path),
+    }
+    producers = [
+        subprocess.Popen([sys.executable, "-c", MULTIPROCESS], cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    for producer in producers:
+        _, stderr = producer.communicate(timeout=120)
+        assert producer.returncode == 0, stderr
+    assert len(list(tmp_path.glob("*.db"))) >= 2  # each process wrote its own files
+
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
+    samples = scraper.samples()
+
+    assert samples[(REQUESTS, per_job(queue="m-multi", mode="none", outcome="accepted"))] == 4
+    assert samples[("workhorse_enqueue_duration_seconds_count", labels(mode="none"))] == 4
+    assert any(name == "workhorse_workers_alive" for name, _ in samples)  # the gauges are served too
 
 
 def test_a_worker_counts_finished_attempts_by_status_and_times_handlers_and_claims(scraper):
@@ -154,11 +281,11 @@ def test_a_worker_counts_finished_attempts_by_status_and_times_handlers_and_clai
     after = scraper.samples()
 
     assert changes(before, after, "workhorse_attempts_finished_total") == {
-        labels(queue="m-work", status="succeeded"): 2,
-        labels(queue="m-work", status="dead"): 1,
+        per_job(queue="m-work", status="succeeded"): 2,
+        per_job(queue="m-work", status="dead"): 1,
     }
     assert changes(before, after, "workhorse_dead_letters_total") == {labels(queue="m-work"): 1}
-    assert changes(before, after, "workhorse_handler_duration_seconds_count") == {labels(queue="m-work"): 3}
+    assert changes(before, after, "workhorse_handler_duration_seconds_count") == {per_job(queue="m-work"): 3}
     claims = changes(before, after, "workhorse_claim_duration_seconds_count")
     assert claims[frozenset()] >= 1
 
@@ -370,7 +497,7 @@ def test_a_worker_serves_its_own_metrics_on_its_metrics_port(tmp_path):
         start()
         for n in range(3):
             enqueue("tests.record", {"n": n}, queue="m-port")
-        succeeded = ("workhorse_attempts_finished_total", labels(queue="m-port", status="succeeded"))
+        succeeded = ("workhorse_attempts_finished_total", per_job(queue="m-port", status="succeeded"))
 
         def counted() -> float:
             samples = metrics_of_port(port)
@@ -379,7 +506,7 @@ def test_a_worker_serves_its_own_metrics_on_its_metrics_port(tmp_path):
         assert wait_for(lambda: counted() == 3, timeout=60, what="three attempts on the worker's port")
         samples = metrics_of_port(port)
         assert samples is not None
-        assert samples[("workhorse_handler_duration_seconds_count", labels(queue="m-port"))] == 3
+        assert samples[("workhorse_handler_duration_seconds_count", per_job(queue="m-port"))] == 3
         assert not any(name == "workhorse_jobs" for name, _ in samples)  # the gauges are the web endpoint's
 
 
@@ -446,5 +573,5 @@ def test_while_the_database_cannot_be_read_the_counters_are_served_without_the_g
     back = scraper.samples()
 
     assert not gauge_values(down, "workhorse_jobs") and not gauge_values(down, "workhorse_workers_alive")
-    assert down[(REQUESTS, labels(queue="g-counted", mode="none", outcome="accepted"))] >= 1  # counters still answer
+    assert down[(REQUESTS, per_job(queue="g-counted", mode="none", outcome="accepted"))] >= 1  # counters still answer
     assert gauge_values(back, "workhorse_jobs")[labels(queue="g-down", state="ready")] == 1

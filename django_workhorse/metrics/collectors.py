@@ -12,6 +12,9 @@ from typing import TYPE_CHECKING
 
 from prometheus_client import Counter, Histogram
 
+from django_workhorse.conf import app_settings
+from django_workhorse.prepared import mode_name
+
 if TYPE_CHECKING:
     from django_workhorse.prepared import PreparedJob
     from django_workhorse.sql.claims import ClaimedJob
@@ -21,11 +24,19 @@ if TYPE_CHECKING:
 FAST_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 HANDLER_BUCKETS = (0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0)
 
+# The job_type label is empty ("", which Prometheus stores as no label at all) unless
+# WORKHORSE_METRICS_JOB_TYPE_LABEL is on: job types are as many as the project's tasks.
 ENQUEUE_REQUESTS = Counter(
     "workhorse_enqueue_requests",
     "Enqueue requests by queue, keyed mode and outcome (accepted, replayed, replaced, non_replaceable, "
     "coalesced, conflict, invalid).",
-    ["queue", "mode", "outcome"],
+    ["queue", "mode", "outcome", "job_type"],
+)
+KEYED_REQUESTS = Counter(
+    "workhorse_keyed_requests",
+    "Keyed enqueue requests by idempotency scope and outcome: replayed, coalesced and replaced are "
+    "duplicates the keys saved; conflict is a key reused for different work.",
+    ["scope", "outcome"],
 )
 ENQUEUE_DURATION = Histogram(
     "workhorse_enqueue_duration_seconds",
@@ -42,12 +53,18 @@ ATTEMPTS_FINISHED = Counter(
     "workhorse_attempts_finished",
     "Finished attempts by queue and what was written: succeeded, queued (a retry), dead, cancelled, "
     "lost (the lease was gone) or unrecorded.",
-    ["queue", "status"],
+    ["queue", "status", "job_type"],
 )
 HANDLER_DURATION = Histogram(
     "workhorse_handler_duration_seconds",
     "Time the handler of an attempt ran, by queue.",
-    ["queue"],
+    ["queue", "job_type"],
+    buckets=HANDLER_BUCKETS,
+)
+WAIT_DURATION = Histogram(
+    "workhorse_wait_duration_seconds",
+    "Time from a job's run_at to the start of its attempt, by queue (on PostgreSQL's clock).",
+    ["queue", "job_type"],
     buckets=HANDLER_BUCKETS,
 )
 LEASE_LOSSES = Counter(
@@ -57,47 +74,70 @@ DEAD_LETTERS = Counter(
     "workhorse_dead_letters", "Jobs that went dead (their last attempt failed), by queue.", ["queue"]
 )
 RECLAIMS = Counter("workhorse_reclaims", "Jobs whose expired leases a worker reclaimed.")
+REDRIVES = Counter("workhorse_redrives", "Dead jobs run again as new jobs (repeats of a redrive excluded).", ["queue"])
+SCHEDULE_TICKS = Counter(
+    "workhorse_schedule_ticks",
+    "Schedule ticks by schedule and outcome: accepted (this process enqueued the tick's job), replayed "
+    "(another worker had), skipped (catch_up or overlap), conflict (another definition of it had).",
+    ["schedule", "outcome"],
+)
 
-# The mode label of enqueue_many's calls; of a request without a key; and the labels of a request
-# refused before its queue and mode were known to be valid.
+# The mode label of enqueue_many's calls; the labels of a request refused before its queue and
+# mode were known to be valid (and the job_type label while it is off).
 BATCH = "batch"
-UNKEYED = "none"
 UNKNOWN = ""
 
 
-def mode_of(request: PreparedJob) -> str:
-    """The keyed-mode label of ``request``."""
-    return UNKEYED if request.binding is None else request.binding.mode.value
+def job_type_label(job_type: str) -> str:
+    """The job_type label's value: the type when WORKHORSE_METRICS_JOB_TYPE_LABEL is on, else empty."""
+    return job_type if app_settings.METRICS_JOB_TYPE_LABEL else UNKNOWN
 
 
 def enqueue_settled(requests: Sequence[PreparedJob], results: Sequence[EnqueueResult], seconds: float) -> None:
     if len(requests) == 1:
-        ENQUEUE_REQUESTS.labels(requests[0].queue, mode_of(requests[0]), results[0].outcome.value).inc()
+        request, outcome = requests[0], results[0].outcome.value
+        ENQUEUE_REQUESTS.labels(request.queue, mode_name(request), outcome, job_type_label(request.job_type)).inc()
+        if request.binding is not None:
+            KEYED_REQUESTS.labels(request.binding.scope, outcome).inc()
     else:  # a batch: one increment per distinct label set
         counts = collections.Counter(
-            (request.queue, mode_of(request), result.outcome.value)
+            (request.queue, mode_name(request), result.outcome.value, job_type_label(request.job_type))
             for request, result in zip(requests, results, strict=True)
         )
         for labels, count in counts.items():
             ENQUEUE_REQUESTS.labels(*labels).inc(count)
-    ENQUEUE_DURATION.labels(mode_of(requests[0]) if len(requests) == 1 else BATCH).observe(seconds)
+        keyed = collections.Counter(
+            (request.binding.scope, result.outcome.value)
+            for request, result in zip(requests, results, strict=True)
+            if request.binding is not None
+        )
+        for (scope, outcome), count in keyed.items():
+            KEYED_REQUESTS.labels(scope, outcome).inc(count)
+    ENQUEUE_DURATION.labels(mode_name(requests[0]) if len(requests) == 1 else BATCH).observe(seconds)
 
 
 def enqueue_refused(outcome: str, request: PreparedJob | None) -> None:
     if request is None:
-        ENQUEUE_REQUESTS.labels(UNKNOWN, UNKNOWN, outcome).inc()
-    else:
-        ENQUEUE_REQUESTS.labels(request.queue, mode_of(request), outcome).inc()
+        ENQUEUE_REQUESTS.labels(UNKNOWN, UNKNOWN, outcome, UNKNOWN).inc()
+        return
+    ENQUEUE_REQUESTS.labels(request.queue, mode_name(request), outcome, job_type_label(request.job_type)).inc()
+    if request.binding is not None:
+        KEYED_REQUESTS.labels(request.binding.scope, outcome).inc()
 
 
 def claimed(seconds: float) -> None:
     CLAIM_DURATION.observe(seconds)
 
 
+def attempt_started(job: ClaimedJob, waited: float) -> None:
+    WAIT_DURATION.labels(job.queue, job_type_label(job.job_type)).observe(max(waited, 0.0))
+
+
 def attempt_finished(job: ClaimedJob, status: str, duration: float | None) -> None:
-    ATTEMPTS_FINISHED.labels(job.queue, status).inc()
+    job_type = job_type_label(job.job_type)
+    ATTEMPTS_FINISHED.labels(job.queue, status, job_type).inc()
     if duration is not None:
-        HANDLER_DURATION.labels(job.queue).observe(duration)
+        HANDLER_DURATION.labels(job.queue, job_type).observe(duration)
     if status == "lost":
         LEASE_LOSSES.labels(job.queue).inc()
     elif status == "dead":
@@ -106,3 +146,11 @@ def attempt_finished(job: ClaimedJob, status: str, duration: float | None) -> No
 
 def reclaimed(count: int) -> None:
     RECLAIMS.inc(count)
+
+
+def redriven(queue: str) -> None:
+    REDRIVES.labels(queue).inc()
+
+
+def schedule_ticked(schedule: str, outcome: str) -> None:
+    SCHEDULE_TICKS.labels(schedule, outcome).inc()

@@ -1,8 +1,14 @@
-"""The metrics endpoint: Prometheus's text format, for staff users and for a bearer token."""
+"""The metrics endpoint: Prometheus's text format, for staff users and for a bearer token.
+
+With ``PROMETHEUS_MULTIPROC_DIR`` set (gunicorn or uwsgi with several worker processes, see
+docs/observability.md), the counters and histograms are those every process of the directory
+recorded, added up; otherwise this process's. The gauges come from PostgreSQL either way.
+"""
 
 from __future__ import annotations
 
 import hmac
+import os
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
@@ -11,7 +17,8 @@ from django.http import HttpRequest, HttpResponse
 from django_workhorse.conf import app_settings
 
 try:
-    from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+    from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
+    from prometheus_client.multiprocess import MultiProcessCollector
 except ImportError as exc:  # the URLconf includes this module: say what is missing, at startup
     raise ImproperlyConfigured(
         "django_workhorse.metrics needs prometheus-client: pip install 'django-workhorse[metrics]'"
@@ -19,6 +26,7 @@ except ImportError as exc:  # the URLconf includes this module: say what is miss
 
 from django_workhorse.metrics.gauges import DatabaseGauges  # noqa: E402 (after the import check)
 
+MULTIPROCESS_DIR = "PROMETHEUS_MULTIPROC_DIR"
 BEARER = "Bearer "
 REALM = 'Bearer realm="workhorse-metrics"'
 # The gauges read from PostgreSQL, in the registry the endpoint serves (only where it is served).
@@ -35,7 +43,18 @@ def metrics(request: HttpRequest) -> HttpResponse:
         response = HttpResponse("Authentication required.\n", status=401, content_type="text/plain")
         response["WWW-Authenticate"] = REALM
         return response
-    return HttpResponse(generate_latest(REGISTRY), content_type=CONTENT_TYPE_LATEST)
+    return HttpResponse(generate_latest(served_registry()), content_type=CONTENT_TYPE_LATEST)
+
+
+def served_registry() -> CollectorRegistry:
+    """What the endpoint serves: every process's metrics in multiprocess mode, else this process's."""
+    directory = os.environ.get(MULTIPROCESS_DIR)
+    if not directory:
+        return REGISTRY
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry, path=directory)  # type: ignore[no-untyped-call]
+    registry.register(GAUGES)
+    return registry
 
 
 def _bears_the_token(request: HttpRequest) -> bool:

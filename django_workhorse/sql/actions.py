@@ -27,11 +27,11 @@ jobs AS (
     INSERT INTO workhorse_job (
         id, job_type, queue, payload, status, priority, run_at, attempt, max_attempts,
         retry_policy, deadline, timeout, concurrency_key, concurrency_limit, tags, created_at, last_error, root_id,
-        scheduled_for)
+        scheduled_for, trace_context)
     SELECT lineage.new_job_id, source.job_type, source.queue, source.payload, 'queued', source.priority,
            drawn.now, 0, source.max_attempts, source.retry_policy, NULL, source.timeout,
            source.concurrency_key, source.concurrency_limit, source.tags, drawn.now, '',
-           coalesce(source.root_id, source.id), source.scheduled_for
+           coalesce(source.root_id, source.id), source.scheduled_for, source.trace_context
     FROM lineage, source, drawn
     RETURNING id, queue, created_at
 ),
@@ -42,9 +42,9 @@ events AS (
     FROM jobs, source
 ),
 notified AS (SELECT pg_notify(%(channel)s, queue) FROM jobs)
-SELECT true, jobs.id, NULL::text, NULL::text FROM jobs CROSS JOIN (SELECT count(*) FROM notified) AS n
+SELECT true, jobs.id, NULL::text, NULL::text, jobs.queue FROM jobs CROSS JOIN (SELECT count(*) FROM notified) AS n
 UNION ALL
-SELECT false, redrive.new_job_id, redrive.requested_by, redrive.reason
+SELECT false, redrive.new_job_id, redrive.requested_by, redrive.reason, NULL::text
 FROM workhorse_redrive AS redrive
 WHERE redrive.source_id = %(source_id)s AND redrive.request_id = %(request_id)s
   AND NOT EXISTS (SELECT 1 FROM lineage)
@@ -53,7 +53,7 @@ WHERE redrive.source_id = %(source_id)s AND redrive.request_id = %(request_id)s
 
 # find_redrive: a recorded redrive by (source, request id), via workhorse_redrive_source_request_uniq.
 FIND_REDRIVE = """
-SELECT false, new_job_id, requested_by, reason FROM workhorse_redrive
+SELECT false, new_job_id, requested_by, reason, NULL::text FROM workhorse_redrive
 WHERE source_id = %(source_id)s AND request_id = %(request_id)s
 """
 
@@ -86,8 +86,9 @@ SELECT status FROM target
 
 def redrive(
     alias: str, *, source_id: int, request_id: str, requested_by: str, reason: str, channel: str
-) -> tuple[bool, int, str, str] | None:
-    """Run REDRIVE; return (created, new job id, stored requested_by, stored reason), or None."""
+) -> tuple[bool, int, str, str, str] | None:
+    """Run REDRIVE; return (created, new job id, stored requested_by, stored reason, the new job's
+    queue if created), or None."""
     params = {
         "source_id": source_id, "request_id": request_id, "requested_by": requested_by, "reason": reason,
         "channel": channel,
@@ -96,7 +97,7 @@ def redrive(
     return tuple(rows[0]) if rows else None
 
 
-def find_redrive(alias: str, *, source_id: int, request_id: str) -> tuple[bool, int, str, str] | None:
+def find_redrive(alias: str, *, source_id: int, request_id: str) -> tuple[bool, int, str, str, str] | None:
     """Read a recorded redrive in a fresh snapshot (one committed after REDRIVE's snapshot)."""
     rows = execute(alias, FIND_REDRIVE, {"source_id": source_id, "request_id": request_id})
     return tuple(rows[0]) if rows else None

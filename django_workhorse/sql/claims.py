@@ -4,6 +4,7 @@ leases, reclaim expired ones, and checkpoints."""
 from __future__ import annotations
 
 import json
+import time
 import weakref
 from collections.abc import Sequence
 from contextlib import nullcontext
@@ -82,7 +83,8 @@ claimed AS (
     WHERE job.id = chosen.id
     RETURNING job.id, job.job_type, job.queue, job.payload, job.attempt, job.max_attempts,
               job.retry_policy, job.deadline, job.timeout, job.lease_token, coalesce(job.root_id, job.id),
-              job.scheduled_for, job.priority, job.run_at
+              job.scheduled_for, job.trace_context,
+              extract(epoch FROM clock_timestamp() - job.run_at)::float8 AS waited, job.priority, job.run_at
 ),
 events AS (
     INSERT INTO workhorse_job_event (job_id, kind, attempt, at, details)
@@ -277,6 +279,9 @@ class ClaimedJob:
     lease_token: Any
     root_id: int  # the first job of a redrive lineage (the job itself when never redriven)
     scheduled_for: datetime | None = None  # the schedule tick the job runs for
+    trace_context: dict[str, str] | None = None  # the W3C trace context of its enqueue, if traced
+    waited: float = 0.0  # seconds from run_at to the claim, on PostgreSQL's clock
+    claimed_at: float = 0.0  # time.perf_counter() when this process claimed it
 
 
 # Two workers that pick the same free concurrency slot at once: the second claims again. Two claims
@@ -350,11 +355,17 @@ def _claim(
             if getattr(exc.__cause__, "sqlstate", None) != DEADLOCK_DETECTED:
                 raise
             continue
-        return [
-            ClaimedJob(*(decode_json(value) if i in (3, 6) else value for i, value in enumerate(row[:12])))
-            for row in rows
-        ]
+        claimed_at = time.perf_counter()
+        return [_claimed(row, claimed_at) for row in rows]
     return []
+
+
+def _claimed(row: Sequence[Any], claimed_at: float) -> ClaimedJob:
+    """A row of CLAIM's answer as a ClaimedJob (payload, retry policy and trace context are jsonb)."""
+    return ClaimedJob(
+        row[0], row[1], row[2], decode_json(row[3]), row[4], row[5], decode_json(row[6]), row[7], row[8], row[9],
+        row[10], row[11], decode_json(row[12]), row[13], claimed_at,
+    )  # fmt: skip
 
 
 def record_outcomes(alias: str, outcomes: Sequence[Any]) -> set[int]:

@@ -25,6 +25,7 @@ _REQUEST_COLUMNS = (
     ("key_hash", "bytea"),
     ("key_preview", "text"), ("mode", "text"), ("request_digest", "bytea"),
     ("field_digests", "jsonb"), ("lifetime", "interval"), ("scheduled_for", "timestamptz"),
+    ("trace_context", "jsonb"),
 )  # fmt: skip
 _COLUMNS = tuple(name for name, _ in _REQUEST_COLUMNS)
 _KINDS = dict(_REQUEST_COLUMNS)
@@ -63,7 +64,7 @@ _MANY_UNKEYED_REQUESTS_CTE = "requests AS (SELECT {}, {} FROM jsonb_array_elemen
 
 _JOB_COLUMNS = (
     "id, job_type, queue, payload, status, priority, run_at, attempt, max_attempts, retry_policy, deadline, "
-    "timeout, concurrency_key, concurrency_limit, tags, created_at, last_error, scheduled_for"
+    "timeout, concurrency_key, concurrency_limit, tags, created_at, last_error, scheduled_for, trace_context"
 )
 
 
@@ -74,7 +75,7 @@ def _job_values(value: Callable[[str], str], job_id: str, now: str) -> str:
         f"{job_id}, {value('job_type')}, {value('queue')}, {value('payload')}, 'queued', {value('priority')}, "
         f"{run_at}, 0, {value('max_attempts')}, {value('retry_policy')}, {value('deadline')}, {value('timeout')}, "
         f"{value('concurrency_key')}, {value('concurrency_limit')}, {value('tags')}, {now}, '', "
-        f"{value('scheduled_for')}"
+        f"{value('scheduled_for')}, {value('trace_context')}"
     )
 
 
@@ -399,7 +400,7 @@ def _request_values(ordinal: int, job: PreparedJob) -> tuple[Any, ...]:
         job.concurrency_key, job.concurrency_limit, binding and binding.scope, binding and binding.key_hash,
         binding and binding.key_preview, binding and binding.mode.value, binding and binding.request_digest,
         binding and _json_digests(binding.field_digests), binding and binding.lifetime,
-        job.scheduled_for,
+        job.scheduled_for, job.trace_context_json,
     )  # fmt: skip
 
 
@@ -435,7 +436,8 @@ def _json_unkeyed_row(ordinal: int, job: PreparedJob) -> str:
         f"{_json_time(job.run_at)},{_json_micros(job.delay)},{_json_tags(job.tags)},"
         f"{job.max_attempts},{job.retry_policy_json},{_json_time(job.deadline)},{_json_micros(job.timeout)},"
         f"{'null' if job.concurrency_key is None else quote(job.concurrency_key)},"
-        f"{'null' if job.concurrency_limit is None else job.concurrency_limit},{_json_time(job.scheduled_for)}]"
+        f"{'null' if job.concurrency_limit is None else job.concurrency_limit},{_json_time(job.scheduled_for)},"
+        f"{job.trace_context_json or 'null'}]"
     )
 
 
@@ -453,7 +455,7 @@ def _json_row(ordinal: int, job: PreparedJob) -> str:
         f"{'null' if job.concurrency_key is None else quote(job.concurrency_key)},"
         f"{'null' if job.concurrency_limit is None else job.concurrency_limit},"
     )
-    tail = f",{_json_time(job.scheduled_for)}]"
+    tail = f",{_json_time(job.scheduled_for)},{job.trace_context_json or 'null'}]"
     if binding is None:
         return head + "null,null,null,null,null,null,null" + tail
     return (

@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from django_workhorse import sql
+from django_workhorse import sql, tracing
 from django_workhorse.conf import app_settings
 from django_workhorse.exceptions import (
     AttemptTimeoutError,
@@ -46,7 +46,14 @@ class Outcome:
 
 
 def execute(job: sql.claims.ClaimedJob, context: HandlerContext, started: Callable[[], None] | None = None) -> Outcome:
-    """Run ``job``'s handler and decide the outcome; write nothing."""
+    """Run ``job``'s handler and decide the outcome; write nothing. Traced as one consumer span."""
+    with tracing.processing(job) as span:
+        outcome = _execute(job, context, started)
+        tracing.finished(span, outcome)
+    return outcome
+
+
+def _execute(job: sql.claims.ClaimedJob, context: HandlerContext, started: Callable[[], None] | None) -> Outcome:
     if job.deadline is not None and job.deadline <= _now():
         return _failure(job, "DeadlineExceeded: the job's deadline passed before it could start", final=True)
     if started is not None:

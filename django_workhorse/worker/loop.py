@@ -214,6 +214,7 @@ class Worker:
     def _execute_forever(self) -> None:
         while (held := self._work.get()) is not None:
             began = time.perf_counter()
+            instruments.attempt_started(held.job)
             try:
                 close_old_connections()
                 outcome = execute(held.job, held.context, started=held.mark_started)

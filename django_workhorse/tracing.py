@@ -1,0 +1,192 @@
+"""Traces, with the otel extra: a producer span for each enqueue call, a consumer span for each attempt.
+
+Follows OpenTelemetry's messaging conventions: ``send <queue>`` (kind PRODUCER) around an enqueue,
+whose W3C trace context is stored on the job (``Job.trace_context``, never in the fingerprint), and
+``process <queue>`` (kind CONSUMER) around an attempt: the child of that context on a job's first
+attempt, a root that links to it on retries and on redriven jobs. Attributes name the job id, type,
+queue, keyed mode and outcome, never the key.
+
+Nothing is traced without opentelemetry-api, nor while no SDK tracer provider is configured (the
+API's default): each call then returns at once and no context is stored.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from django_workhorse.prepared import mode_name
+
+if TYPE_CHECKING:
+    from django_workhorse.prepared import PreparedJob
+    from django_workhorse.sql.claims import ClaimedJob
+    from django_workhorse.types import EnqueueResult
+    from django_workhorse.worker.execution import Outcome
+
+try:
+    from opentelemetry import context as otel_context
+    from opentelemetry import trace
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    INSTALLED = True
+except ImportError:  # opentelemetry-api is not installed: nothing is traced
+    INSTALLED = False
+
+SYSTEM = "workhorse"
+# The attributes of OpenTelemetry's messaging conventions, and ours.
+SYSTEM_ATTR = "messaging.system"
+OPERATION_TYPE = "messaging.operation.type"
+OPERATION_NAME = "messaging.operation.name"
+DESTINATION = "messaging.destination.name"
+MESSAGE_ID = "messaging.message.id"
+BATCH_COUNT = "messaging.batch.message_count"
+JOB_TYPE = "workhorse.job.type"
+ATTEMPT = "workhorse.job.attempt"
+MODE = "workhorse.enqueue.mode"
+OUTCOME = "workhorse.enqueue.outcome"
+OUTCOMES = "workhorse.enqueue.outcomes"
+STATUS = "workhorse.attempt.status"
+# A W3C tracestate holds at most 32 members of at most 256 characters; a traceparent is 55.
+MAX_TRACESTATE_CHARS = 512
+TRACEPARENT_CHARS = 55
+
+_NOTHING: contextlib.nullcontext[None] = contextlib.nullcontext()
+_propagator = TraceContextTextMapPropagator() if INSTALLED else None
+_cached: tuple[Any, Any] | None = None  # (provider, its tracer for this library)
+
+
+def _tracer() -> Any:
+    """This library's tracer, or None while no SDK tracer provider is configured."""
+    global _cached
+    if not INSTALLED:
+        return None
+    provider = trace.get_tracer_provider()
+    if isinstance(provider, (trace.ProxyTracerProvider, trace.NoOpTracerProvider)):
+        return None
+    if _cached is None or _cached[0] is not provider:
+        from django_workhorse import __version__
+
+        _cached = (provider, provider.get_tracer("django_workhorse", __version__))
+    return _cached[1]
+
+
+def producing(requests: Sequence[PreparedJob]) -> contextlib.AbstractContextManager[Any]:
+    """Open the producer span of one enqueue call and put its trace context on ``requests``.
+
+    Gives the span (None when nothing is traced); an exception ends it with an error status.
+    """
+    tracer = _tracer()
+    if tracer is None or not requests:
+        return _NOTHING
+    return _producing(tracer, requests)
+
+
+@contextlib.contextmanager
+def _producing(tracer: Any, requests: Sequence[PreparedJob]) -> Iterator[Any]:
+    queues = {request.queue for request in requests}
+    queue = next(iter(queues)) if len(queues) == 1 else None
+    attributes: dict[str, Any] = {SYSTEM_ATTR: SYSTEM, OPERATION_TYPE: "send", OPERATION_NAME: "send"}
+    if queue is not None:
+        attributes[DESTINATION] = queue
+    if len(requests) == 1:
+        attributes[JOB_TYPE] = requests[0].job_type
+        attributes[MODE] = mode_name(requests[0])
+    else:
+        attributes[BATCH_COUNT] = len(requests)
+    name = f"send {queue}" if queue is not None else "send"
+    with tracer.start_as_current_span(name, kind=trace.SpanKind.PRODUCER, attributes=attributes) as span:
+        stored = _carrier_json(span)
+        if stored is not None:
+            for request in requests:
+                request.trace_context_json = stored
+        yield span
+
+
+def settled(span: Any, results: Sequence[EnqueueResult]) -> None:
+    """Name the job(s) and outcome(s) of an enqueue call on its producer span."""
+    if span is None:
+        return
+    if len(results) == 1:
+        span.set_attribute(MESSAGE_ID, str(results[0].job_id))
+        span.set_attribute(OUTCOME, results[0].outcome.value)
+    else:
+        span.set_attribute(OUTCOMES, [result.outcome.value for result in results])
+
+
+def refused(span: Any, outcome: str) -> None:
+    """Mark an enqueue call refused as ``outcome`` (conflict) on its producer span."""
+    if span is not None:
+        span.set_attribute(OUTCOME, outcome)
+
+
+def processing(job: ClaimedJob) -> contextlib.AbstractContextManager[Any]:
+    """Open the consumer span of one attempt of ``job``: the child of its enqueue's span on the
+    first attempt of a job never redriven, else a root span linked to it. Gives the span or None."""
+    tracer = _tracer()
+    if tracer is None:
+        return _NOTHING
+    return _processing(tracer, job)
+
+
+@contextlib.contextmanager
+def _processing(tracer: Any, job: ClaimedJob) -> Iterator[Any]:
+    attributes = {
+        SYSTEM_ATTR: SYSTEM,
+        OPERATION_TYPE: "process",
+        OPERATION_NAME: "process",
+        DESTINATION: job.queue,
+        MESSAGE_ID: str(job.id),
+        JOB_TYPE: job.job_type,
+        ATTEMPT: job.attempt,
+    }
+    produced = _produced_context(job.trace_context)
+    parent, links = otel_context.Context(), []  # a root unless it continues its producer's trace
+    if produced is not None:
+        if job.attempt == 1 and job.root_id == job.id:
+            parent = produced
+        else:
+            links = [trace.Link(trace.get_current_span(produced).get_span_context())]
+    with tracer.start_as_current_span(
+        f"process {job.queue}", context=parent, kind=trace.SpanKind.CONSUMER, attributes=attributes, links=links
+    ) as span:
+        yield span
+
+
+def finished(span: Any, outcome: Outcome) -> None:
+    """Give the consumer span the attempt's outcome: an error status unless it succeeded."""
+    if span is None:
+        return
+    span.set_attribute(STATUS, outcome.status)
+    if outcome.exception is not None:
+        span.record_exception(outcome.exception)
+    if outcome.status != "succeeded":
+        span.set_status(trace.Status(trace.StatusCode.ERROR, outcome.error.partition("\n")[0] or outcome.status))
+
+
+def _carrier_json(span: Any) -> str | None:
+    """The W3C trace context of ``span`` as the JSON text a job stores, or None if it has none."""
+    if not span.get_span_context().is_valid:
+        return None
+    carrier: dict[str, str] = {}
+    assert _propagator is not None
+    _propagator.inject(carrier, context=trace.set_span_in_context(span))
+    parent = carrier.get("traceparent")
+    if parent is None or len(parent) != TRACEPARENT_CHARS:
+        return None
+    stored = {"traceparent": parent}
+    state = carrier.get("tracestate")
+    if state and len(state) <= MAX_TRACESTATE_CHARS:
+        stored["tracestate"] = state
+    return json.dumps(stored, separators=(",", ":"))
+
+
+def _produced_context(stored: Any) -> Any:
+    """The context stored on a job, or None if it has none (or none this version can read)."""
+    if not isinstance(stored, dict) or not isinstance(stored.get("traceparent"), str):
+        return None
+    carrier = {key: value for key, value in stored.items() if isinstance(value, str)}
+    assert _propagator is not None
+    produced = _propagator.extract(carrier, context=otel_context.Context())
+    return produced if trace.get_current_span(produced).get_span_context().is_valid else None
