@@ -29,6 +29,11 @@ def _collectors() -> ModuleType | None:
 _metrics = _collectors()
 
 
+def recording() -> bool:
+    """Whether the metrics extra is installed, so that the calls below record."""
+    return _metrics is not None
+
+
 def clock() -> float:
     """The instant an operation starts, for the ``seconds`` the calls below take."""
     return time.perf_counter()
@@ -81,3 +86,8 @@ def schedule_ticked(schedule: str, outcome: str) -> None:
     """Count a tick of ``schedule``: ``accepted``, ``replayed`` (another worker enqueued it) or ``skipped``."""
     if _metrics is not None:
         _metrics.schedule_ticked(schedule, outcome)
+
+
+def keyed_counts() -> dict[tuple[str, str], float] | None:
+    """The keyed requests counted so far by (scope, outcome), or None without the metrics extra."""
+    return None if _metrics is None else _metrics.keyed_counts()

@@ -1,4 +1,5 @@
-"""What the operator sees: queue depths, throughput, recent failures and workers (ORM queries only).
+"""What the operator sees: queue depths, throughput, recent failures, workers and live bindings by
+scope (ORM queries only).
 
 Shared by the admin dashboard and ``manage.py workhorse_status``, so both show the same numbers.
 """
@@ -14,9 +15,11 @@ from django.db.models.functions import Left, TruncMinute
 from django.utils import timezone
 
 from django_workhorse.conf import app_settings
-from django_workhorse.models import Job, JobStatus, WorkerRecord
+from django_workhorse.models import IdempotencyBinding, Job, JobStatus, WorkerRecord
 
 THROUGHPUT_MINUTES = 60
+# The scopes a listing of live bindings shows at most, those with the most bindings first.
+MAX_SCOPES_SHOWN = 50
 # How much of an error a listing reads (in SQL) to show its first line.
 ERROR_HEAD_CHARS = 2000
 
@@ -163,6 +166,29 @@ def live_worker_count(*, using: str | None = None, now: datetime | None = None) 
     since = (now or timezone.now()) - app_settings.WORKER_STALE_AFTER
     alias = using or router.db_for_read(WorkerRecord)
     return int(WorkerRecord.objects.using(alias).filter(heartbeat_at__gte=since).count())
+
+
+@dataclass(frozen=True)
+class ScopeBindings:
+    """How many bindings of one idempotency scope still own their key."""
+
+    scope: str
+    live: int
+
+
+def live_bindings(
+    *, using: str | None = None, now: datetime | None = None, limit: int = MAX_SCOPES_SHOWN
+) -> list[ScopeBindings]:
+    """Return the scopes with live bindings (``IdempotencyBinding.objects.live()``), most first."""
+    alias = using or router.db_for_read(IdempotencyBinding)
+    rows = (
+        IdempotencyBinding.objects.using(alias)
+        .live(now)
+        .values("scope")
+        .annotate(live=Count("pk"))
+        .order_by("-live", "scope")[:limit]
+    )
+    return [ScopeBindings(row["scope"], row["live"]) for row in rows]
 
 
 def _jobs(using: str | None) -> QuerySet[Job]:

@@ -31,6 +31,7 @@ DEFAULTS = {
     "SCHEDULE_INTERVAL": timedelta(seconds=1),
     "IDEMPOTENT_RESPONSE_MAX_BYTES": 1024 * 1024,
     "METRICS_TOKEN": None,
+    "METRICS_JOB_TYPE_LABEL": False,
 }
 OVERRIDES = {
     "MAX_PAYLOAD_BYTES": 2048,
@@ -49,6 +50,7 @@ OVERRIDES = {
     "SCHEDULE_INTERVAL": timedelta(seconds=10),
     "IDEMPOTENT_RESPONSE_MAX_BYTES": 8192,
     "METRICS_TOKEN": "s" * 16,
+    "METRICS_JOB_TYPE_LABEL": True,
 }
 
 

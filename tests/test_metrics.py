@@ -362,14 +362,15 @@ class Absent(importlib.abc.MetaPathFinder):
 sys.meta_path.insert(0, Absent())
 import django
 django.setup()
-from django_workhorse import Idempotency, enqueue, instruments
+from django_workhorse import Idempotency, enqueue, instruments, tracing
 from django_workhorse.models import Job
-assert instruments._metrics is None
+assert instruments._metrics is None and not tracing.INSTALLED
 first = enqueue("tests.record", {"n": 1}, idempotency=Idempotency("absent-1"))
 assert enqueue("tests.record", {"n": 1}, idempotency=Idempotency("absent-1")) == first
 from tests.worker_tasks import run_worker
 stats = run_worker()
-assert Job.objects.get(pk=first).status == "succeeded", stats
+job = Job.objects.get(pk=first)
+assert (job.status, job.trace_context) == ("succeeded", None), stats
 try:
     import django_workhorse.metrics.urls
 except Exception as exc:

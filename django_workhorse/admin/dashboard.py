@@ -1,4 +1,5 @@
-"""The dashboard page: queue depths, throughput over the last hour, recent failures, workers and next ticks."""
+"""The dashboard page: queue depths, throughput over the last hour, recent failures, workers, next
+ticks, and per scope the live bindings and what the keys saved."""
 
 from __future__ import annotations
 
@@ -10,11 +11,14 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.utils import timezone
 
-from django_workhorse import schedule_overview, stats
+from django_workhorse import instruments, keyed_rates, schedule_overview, stats
 
 from .display import error_head, error_summary
 
 DASHBOARD_REFRESH_SECONDS = 10
+# This process's readings of the keyed-request counters, one per render: each render shows the
+# rates since the oldest reading of the last five minutes.
+RECENT_KEYED = keyed_rates.RecentTotals()
 
 
 def dashboard_view(model_admin: admin.ModelAdmin, request: HttpRequest) -> HttpResponse:  # type: ignore[type-arg]
@@ -38,6 +42,8 @@ def dashboard_view(model_admin: admin.ModelAdmin, request: HttpRequest) -> HttpR
         "failures": [(job, error_summary(error_head(job))) for job in stats.recent_failures()],
         "workers": stats.workers(),
         "upcoming": schedule_overview.upcoming_ticks(now=now),
+        "scopes": keyed_rates.by_scope(stats.live_bindings(now=now), RECENT_KEYED.rates()),
+        "metrics_on": instruments.recording(),
         "refresh_seconds": DASHBOARD_REFRESH_SECONDS,
     }
     return TemplateResponse(request, "admin/workhorse/dashboard.html", context)

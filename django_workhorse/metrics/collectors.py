@@ -10,9 +10,11 @@ import collections
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from prometheus_client import Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.multiprocess import MultiProcessCollector
 
 from django_workhorse.conf import app_settings
+from django_workhorse.metrics import multiprocess_dir
 from django_workhorse.prepared import mode_name
 
 if TYPE_CHECKING:
@@ -32,8 +34,9 @@ ENQUEUE_REQUESTS = Counter(
     "coalesced, conflict, invalid).",
     ["queue", "mode", "outcome", "job_type"],
 )
+KEYED_REQUESTS_NAME = "workhorse_keyed_requests"
 KEYED_REQUESTS = Counter(
-    "workhorse_keyed_requests",
+    KEYED_REQUESTS_NAME,
     "Keyed enqueue requests by idempotency scope and outcome: replayed, coalesced and replaced are "
     "duplicates the keys saved; conflict is a key reused for different work.",
     ["scope", "outcome"],
@@ -154,3 +157,22 @@ def redriven(queue: str) -> None:
 
 def schedule_ticked(schedule: str, outcome: str) -> None:
     SCHEDULE_TICKS.labels(schedule, outcome).inc()
+
+
+def keyed_counts() -> dict[tuple[str, str], float]:
+    """The keyed requests counted so far by (scope, outcome): every process's in multiprocess mode
+    (``PROMETHEUS_MULTIPROC_DIR``), else this process's."""
+    directory = multiprocess_dir()
+    if directory:
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry, path=directory)  # type: ignore[no-untyped-call]
+        families = list(registry.collect())
+    else:
+        families = list(KEYED_REQUESTS.collect())
+    return {
+        (sample.labels["scope"], sample.labels["outcome"]): sample.value
+        for family in families
+        if family.name == KEYED_REQUESTS_NAME
+        for sample in family.samples
+        if sample.name == KEYED_REQUESTS_NAME + "_total"
+    }

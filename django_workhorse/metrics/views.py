@@ -8,7 +8,6 @@ recorded, added up; otherwise this process's. The gauges come from PostgreSQL ei
 from __future__ import annotations
 
 import hmac
-import os
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
@@ -24,9 +23,9 @@ except ImportError as exc:  # the URLconf includes this module: say what is miss
         "django_workhorse.metrics needs prometheus-client: pip install 'django-workhorse[metrics]'"
     ) from exc
 
-from django_workhorse.metrics.gauges import DatabaseGauges  # noqa: E402 (after the import check)
+from django_workhorse.metrics import multiprocess_dir  # noqa: E402 (after the import check)
+from django_workhorse.metrics.gauges import DatabaseGauges  # noqa: E402
 
-MULTIPROCESS_DIR = "PROMETHEUS_MULTIPROC_DIR"
 BEARER = "Bearer "
 REALM = 'Bearer realm="workhorse-metrics"'
 # The gauges read from PostgreSQL, in the registry the endpoint serves (only where it is served).
@@ -48,8 +47,8 @@ def metrics(request: HttpRequest) -> HttpResponse:
 
 def served_registry() -> CollectorRegistry:
     """What the endpoint serves: every process's metrics in multiprocess mode, else this process's."""
-    directory = os.environ.get(MULTIPROCESS_DIR)
-    if not directory:
+    directory = multiprocess_dir()
+    if directory is None:
         return REGISTRY
     registry = CollectorRegistry()
     MultiProcessCollector(registry, path=directory)  # type: ignore[no-untyped-call]

@@ -1,20 +1,35 @@
-"""``manage.py workhorse_status``: queue depths, throughput, workers and schedules, as tables or JSON."""
+"""``manage.py workhorse_status``: queue depths, throughput, workers, schedules and idempotency keys by
+scope, as tables or JSON."""
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from datetime import timezone as dt_timezone
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import router
 from django.utils import timezone
 
+from django_workhorse import instruments, keyed_rates
+from django_workhorse.keyed_rates import ScopeDedup, ScopeRate
+from django_workhorse.metrics import multiprocess_dir
 from django_workhorse.models import Job
 from django_workhorse.schedule_overview import ScheduleOverview, overview
-from django_workhorse.stats import QueueDepth, Throughput, WorkerStatus, queue_depths, throughput, workers
+from django_workhorse.stats import (
+    QueueDepth,
+    Throughput,
+    WorkerStatus,
+    live_bindings,
+    queue_depths,
+    throughput,
+    workers,
+)
+
+MAX_RATE_WINDOW_SECONDS = 300
 
 
 def human_age(age: timedelta | None) -> str:
@@ -65,7 +80,8 @@ def worker_json(worker: WorkerStatus, now: datetime) -> dict[str, object]:
 
 class Command(BaseCommand):
     help = (
-        "Show queue depths, the oldest ready job's age, throughput over the last hour, the workers and the schedules."
+        "Show queue depths, the oldest ready job's age, throughput over the last hour, the workers, the schedules "
+        "and, per idempotency scope, the live bindings and what the keys saved."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -73,15 +89,30 @@ class Command(BaseCommand):
             "--json", action="store_true", dest="as_json", help="Print one JSON object instead of tables."
         )
         parser.add_argument("--database", default=None, help="Database alias (default: the router's choice).")
+        parser.add_argument(
+            "--rate-window",
+            default="0",
+            help="Read the keyed-request counters this many seconds apart (0..300; 0: not at all) to show the "
+            "duplicates saved and conflicts per minute. Needs the metrics extra and PROMETHEUS_MULTIPROC_DIR "
+            "shared with the processes that enqueue.",
+        )
 
-    def handle(self, *args: Any, as_json: bool, database: str | None, **options: Any) -> None:
+    def handle(self, *args: Any, as_json: bool, database: str | None, rate_window: str, **options: Any) -> None:
+        window = _rate_window(rate_window)
+        first = keyed_rates.read() if window and _counters_shared() else None
         now = timezone.now()
         depths = queue_depths(using=database, now=now)
         finished = throughput(using=database, now=now)
         registered = workers(using=database)
         schedules = overview(using=database, now=now)
+        rates = None
+        if first is not None:
+            time.sleep(max(first.at + window - time.monotonic(), 0.0))  # the rest of the window
+            second = keyed_rates.read()
+            rates = None if second is None else keyed_rates.between(first, second)
+        scopes = keyed_rates.by_scope(live_bindings(using=database, now=now), rates)
         if as_json:
-            self._write_json(depths, finished, registered, schedules, now)
+            self._write_json(depths, finished, registered, schedules, scopes, now)
             return
         self._write_queues(depths, database)
         self.stdout.write("")
@@ -90,6 +121,8 @@ class Command(BaseCommand):
         self._write_workers(registered, now)
         self.stdout.write("")
         self._write_schedules(schedules)
+        self.stdout.write("")
+        self._write_scopes(scopes, window, rates)
 
     def _write_json(
         self,
@@ -97,6 +130,7 @@ class Command(BaseCommand):
         finished: Throughput,
         registered: list[WorkerStatus],
         schedules: list[ScheduleOverview],
+        scopes: list[ScopeDedup],
         now: datetime,
     ) -> None:
         report = {
@@ -108,6 +142,7 @@ class Command(BaseCommand):
             },
             "workers": [worker_json(worker, now) for worker in registered],
             "schedules": [schedule.as_json() for schedule in schedules],
+            "scopes": [line.as_json() for line in scopes],
         }
         self.stdout.write(json.dumps(report, indent=2))
 
@@ -172,6 +207,63 @@ class Command(BaseCommand):
         headers = ["name", "expression", "zone", "next tick", "last tick", "last job", "state"]
         for line in format_table(headers, rows):
             self.stdout.write(line)
+
+    def _write_scopes(self, scopes: list[ScopeDedup], window: float, rates: dict[str, ScopeRate] | None) -> None:
+        self.stdout.write("Idempotency keys by scope")
+        if rates is None:
+            rows = [[line.scope, _count(line.live_bindings)] for line in scopes]
+            if rows:
+                for row in format_table(["scope", "live bindings"], rows, right=[1]):
+                    self.stdout.write(row)
+            else:
+                self.stdout.write("No live bindings.")
+            self.stdout.write(_why_no_rates(window))
+            return
+        rows = [[line.scope, _count(line.live_bindings), *_rate_cells(line.rate)] for line in scopes]
+        headers = ["scope", "live bindings", "saved", "saved/min", "conflicts", "conflicts/min"]
+        if not rows:
+            self.stdout.write("No live bindings and no keyed requests.")
+        for row in format_table(headers, rows, right=range(1, 6)) if rows else ():
+            self.stdout.write(row)
+        self.stdout.write(
+            f"Duplicates saved (replayed, coalesced, replaced) and conflicts over {window:g} s, "
+            "as every process of PROMETHEUS_MULTIPROC_DIR counted them."
+        )
+
+
+def _rate_window(value: str) -> float:
+    try:
+        window = float(value)
+    except ValueError:
+        window = -1.0
+    if not 0 <= window <= MAX_RATE_WINDOW_SECONDS:
+        raise CommandError(f"--rate-window must be a number of seconds in 0..{MAX_RATE_WINDOW_SECONDS}, not {value!r}")
+    return window
+
+
+def _counters_shared() -> bool:
+    return instruments.recording() and multiprocess_dir() is not None
+
+
+def _why_no_rates(window: float) -> str:
+    if not instruments.recording():
+        return "Duplicates saved and conflicts per minute need the metrics extra (django-workhorse[metrics])."
+    if multiprocess_dir() is None:
+        return (
+            "Duplicates saved and conflicts per minute need PROMETHEUS_MULTIPROC_DIR, shared with the processes "
+            "that enqueue (this command's own process counts nothing)."
+        )
+    return "Add --rate-window SECONDS to read the duplicates saved and conflicts per minute."
+
+
+def _count(value: int | None) -> str:
+    return "-" if value is None else str(value)
+
+
+def _rate_cells(rate: ScopeRate | None) -> list[str]:
+    if rate is None:
+        return ["-"] * 4
+    return [str(rate.saved), f"{rate.saved_per_minute:.1f}", str(rate.conflicts), f"{rate.conflicts_per_minute:.1f}"]
 
 
 def _job(schedule: ScheduleOverview) -> str:
