@@ -104,3 +104,88 @@ def print_table(title: str, rows: list[tuple[str, dict[str, float], str]]) -> No
 def dump(path: str | None, data: dict[str, Any]) -> None:
     if path:
         Path(path).write_text(json.dumps(data, indent=2, default=str))
+
+
+class _DiscardingExporter:
+    """An OpenTelemetry span exporter that keeps nothing: the spans are made, batched and handed
+    over as with a real exporter, without a network in the measurement."""
+
+    def export(self, spans: Any) -> Any:
+        from opentelemetry.sdk.trace.export import SpanExportResult
+
+        return SpanExportResult.SUCCESS
+
+    def shutdown(self) -> None:
+        pass
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return True
+
+
+# What --observability compares: nothing on (as without the extras), the metrics alone, metrics
+# and every span recorded, metrics and one trace in ten recorded (a parent-based ratio sampler:
+# a job's attempt follows its enqueue's decision).
+OBSERVABILITY_MODES = ("off", "metrics", "metrics + traces", "metrics + traces sampled 10%")
+
+
+def observability(mode: str) -> None:
+    """Switch metrics and tracing to ``mode`` (one of OBSERVABILITY_MODES), in this process.
+
+    Metrics on: prometheus-client records every metric, as with the metrics extra installed.
+    Traces on: an OpenTelemetry SDK tracer provider with a batch span processor, whose exporter
+    drops what it is handed. Off: what a project without the extras gets (``instruments``
+    records nothing; no tracer provider).
+    """
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+    from opentelemetry.util._once import Once
+
+    from django_workhorse import instruments
+    from django_workhorse.metrics import collectors
+
+    assert mode in OBSERVABILITY_MODES, mode
+    instruments._metrics = None if mode == "off" else collectors
+    previous = trace._TRACER_PROVIDER
+    if previous is not None:
+        previous.shutdown()
+    trace._TRACER_PROVIDER_SET_ONCE = Once()
+    trace._TRACER_PROVIDER = None
+    if "traces" in mode:
+        sampler = ParentBased(TraceIdRatioBased(0.1)) if "sampled" in mode else None
+        provider = TracerProvider(sampler=sampler)
+        provider.add_span_processor(BatchSpanProcessor(_DiscardingExporter()))
+        trace.set_tracer_provider(provider)
+
+
+def alternating(runs: int, measures: dict[str, Callable[[], float]]) -> dict[str, dict[str, float]]:
+    """Run each of ``measures`` ``runs`` times, interleaved (ABAB..., then BABA... on odd rounds),
+    so drift in the machine falls on every measure alike; return each one's median, min and max."""
+    values: dict[str, list[float]] = {label: [] for label in measures}
+    order = list(measures)
+    for round_ in range(runs):
+        for label in order if round_ % 2 == 0 else reversed(order):
+            values[label].append(measures[label]())
+    return {
+        label: {"median": statistics.median(v), "min": min(v), "max": max(v), "runs": len(v)}
+        for label, v in values.items()
+    }
+
+
+def print_on_off(title: str, figures: dict[str, dict[str, dict[str, float]]]) -> dict[str, dict[str, float]]:
+    """Print each workload in every mode and what each mode costs against "off"; return the costs."""
+    modes = [mode for mode in OBSERVABILITY_MODES if mode != "off"]
+    header = "| workload | off | " + " | ".join(modes) + " |"
+    print(f"\n### {title}\n\n{header}\n" + "|---" * (len(modes) + 2) + "|")
+    costs: dict[str, dict[str, float]] = {}
+    for workload, by in figures.items():
+        off = by["off"]
+        costs[workload] = {mode: 1 - by[mode]["median"] / off["median"] for mode in modes}
+        cells = [f"**{by[mode]['median']:,.0f}** ({-costs[workload][mode]:+.1%})" for mode in modes]
+        print(
+            f"| {workload} | **{off['median']:,.0f}** [{off['min']:,.0f}-{off['max']:,.0f}] | "
+            + " | ".join(cells)
+            + " |"
+        )
+    return costs

@@ -1,6 +1,11 @@
 """Enqueue throughput beside the same server's own limits, in one run.
 
     python benchmarks/enqueue.py [--n 3000] [--batches 20] [--runs 3] [--json out.json]
+    python benchmarks/enqueue.py --observability [--runs 10]
+
+``--observability`` measures instead what metrics and tracing cost: each workload with neither,
+with metrics, with metrics and every trace, with metrics and one trace in ten, interleaved in
+one run (see ``common.observability``).
 
 Uses DATABASE_URL, or the embedded PostgreSQL (database ``workhorse_bench``). Every workload is
 measured ``--runs`` times after emptying the tables; the table shows the median and the spread.
@@ -13,7 +18,21 @@ import contextlib
 import json
 import uuid
 
-from common import BENCH_JOBS_DDL, PAYLOAD, dump, environment, median_of, print_table, rate, reset_tables, setup_django
+from common import (
+    BENCH_JOBS_DDL,
+    OBSERVABILITY_MODES,
+    PAYLOAD,
+    alternating,
+    dump,
+    environment,
+    median_of,
+    observability,
+    print_on_off,
+    print_table,
+    rate,
+    reset_tables,
+    setup_django,
+)
 
 LIMIT_INSERT = "INSERT INTO bench_jobs (payload) VALUES (%s::jsonb)"
 
@@ -24,6 +43,9 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=20, help="batches of 1,000 per run")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--json", default=None, help="also write the figures to this file")
+    parser.add_argument(
+        "--observability", action="store_true", help="measure enqueue with metrics and tracing off, then on"
+    )
     args = parser.parse_args()
     setup_django()
 
@@ -78,6 +100,16 @@ def main() -> None:
                     enqueue_many([request(b, i) for i in range(1000)])
 
         return rate(batches * 1000, work)
+
+    if args.observability:
+        workloads = {
+            "enqueue, unkeyed, 1 per transaction": lambda: one_per_txn(False),
+            "enqueue, keyed new, 1 per transaction": lambda: one_per_txn(True),
+            "enqueue, keyed replay, 1 per transaction": lambda: replays(True),
+            "enqueue_many(1000), keyed": lambda: many(True),
+        }
+        costs_of(args, workloads, fresh, "enqueue (jobs/s) by what is observed; in brackets, the change from off")
+        return
 
     raw = connection.connection
     payload_json = json.dumps(PAYLOAD)
@@ -155,6 +187,26 @@ def main() -> None:
     }
     print("\n" + "\n".join(f"- {k}: {v:.2f}" for k, v in ratios.items()))
     dump(args.json, {"environment": env, "enqueue": figures, "limits": limits, "ratios": ratios})
+
+
+def costs_of(args: argparse.Namespace, workloads: dict, fresh, title: str) -> None:
+    """Measure each workload in every observability mode, interleaved; print and dump."""
+    figures = {}
+    for label, workload in workloads.items():
+
+        def switched(mode: str, work=workload):
+            def run() -> float:
+                observability(mode)
+                return fresh(work)()
+
+            return run
+
+        figures[label] = alternating(args.runs, {mode: switched(mode) for mode in OBSERVABILITY_MODES})
+    observability("off")
+    env = environment()
+    print("\n" + json.dumps(env))
+    costs = print_on_off(title, figures)
+    dump(args.json, {"environment": env, "observability": figures, "costs": costs})
 
 
 if __name__ == "__main__":

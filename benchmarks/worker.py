@@ -1,6 +1,7 @@
 """Worker throughput and enqueue-to-start latency, in one run.
 
     python benchmarks/worker.py [--n 10000] [--runs 3] [--samples 200] [--backlog 100000] [--json out.json]
+    python benchmarks/worker.py --observability [--runs 10]
 
 Throughput: N no-op jobs pre-enqueued, then one burst worker (threads, in this process) until
 none is left; jobs/s over the worker's run, median of --runs, for several concurrency/batch
@@ -16,9 +17,22 @@ import statistics
 import threading
 import time
 
-from common import PAYLOAD, dump, environment, median_of, print_table, reset_tables, setup_django
+from common import (
+    OBSERVABILITY_MODES,
+    PAYLOAD,
+    alternating,
+    dump,
+    environment,
+    median_of,
+    observability,
+    print_on_off,
+    print_table,
+    reset_tables,
+    setup_django,
+)
 
 CONFIGS = [(1, 1), (1, 10), (1, 50), (4, 50), (8, 50)]  # (concurrency, batch)
+OBSERVED_CONFIGS = [(1, 10), (8, 50)]
 
 
 def main() -> None:
@@ -28,6 +42,9 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=200)
     parser.add_argument("--backlog", type=int, default=100000)
     parser.add_argument("--json", default=None)
+    parser.add_argument(
+        "--observability", action="store_true", help="measure throughput with metrics and tracing off, then on"
+    )
     args = parser.parse_args()
     setup_django()
 
@@ -78,6 +95,30 @@ def main() -> None:
         thread.join(30)
         gaps.sort()
         return {"p50_ms": statistics.median(gaps), "p95_ms": gaps[int(len(gaps) * 0.95) - 1], "samples": len(gaps)}
+
+    if args.observability:
+        on_off = {}
+        for concurrency, batch in OBSERVED_CONFIGS:
+
+            def switched(mode: str, c: int = concurrency, b: int = batch):
+                def run() -> float:
+                    observability(mode)  # the jobs are enqueued in this mode too (their contexts)
+                    return throughput(c, b, 0)
+
+                return run
+
+            on_off[f"concurrency {concurrency}, batch {batch}"] = alternating(
+                args.runs, {mode: switched(mode) for mode in OBSERVABILITY_MODES}
+            )
+        observability("off")
+        env = environment()
+        print("\n" + str(env))
+        title = (
+            f"worker throughput ({args.n:,} no-op jobs, jobs/s) by what is observed; in brackets, the change from off"
+        )
+        costs = print_on_off(title, on_off)
+        dump(args.json, {"environment": env, "observability": on_off, "costs": costs})
+        return
 
     rows = []
     figures = {}

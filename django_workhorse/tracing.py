@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterator, Sequence
+import logging
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from django_workhorse.prepared import mode_name
@@ -34,6 +35,7 @@ try:
 except ImportError:  # opentelemetry-api is not installed: nothing is traced
     INSTALLED = False
 
+logger = logging.getLogger(__name__)
 SYSTEM = "workhorse"
 # The attributes of OpenTelemetry's messaging conventions, and ours.
 SYSTEM_ATTR = "messaging.system"
@@ -48,11 +50,11 @@ MODE = "workhorse.enqueue.mode"
 OUTCOME = "workhorse.enqueue.outcome"
 OUTCOMES = "workhorse.enqueue.outcomes"
 STATUS = "workhorse.attempt.status"
-# A W3C tracestate holds at most 32 members of at most 256 characters; a traceparent is 55.
+# What a job stores of a tracestate, at most (W3C asks propagators to pass on at least 512 characters).
 MAX_TRACESTATE_CHARS = 512
-TRACEPARENT_CHARS = 55
 
 _NOTHING: contextlib.nullcontext[None] = contextlib.nullcontext()
+_ROOT = otel_context.Context() if INSTALLED else None  # an empty context: no parent
 _propagator = TraceContextTextMapPropagator() if INSTALLED else None
 _cached: tuple[Any, Any] | None = None  # (provider, its tracer for this library)
 
@@ -80,11 +82,14 @@ def producing(requests: Sequence[PreparedJob]) -> contextlib.AbstractContextMana
     tracer = _tracer()
     if tracer is None or not requests:
         return _NOTHING
-    return _producing(tracer, requests)
+    try:
+        return _producer(tracer, requests)
+    except Exception:  # the SDK runs the project's samplers and span processors: never fail the enqueue
+        logger.exception("Starting the enqueue's span failed; enqueueing without it")
+        return _NOTHING
 
 
-@contextlib.contextmanager
-def _producing(tracer: Any, requests: Sequence[PreparedJob]) -> Iterator[Any]:
+def _producer(tracer: Any, requests: Sequence[PreparedJob]) -> _Current:
     queues = {request.queue for request in requests}
     queue = next(iter(queues)) if len(queues) == 1 else None
     attributes: dict[str, Any] = {SYSTEM_ATTR: SYSTEM, OPERATION_TYPE: "send", OPERATION_NAME: "send"}
@@ -96,12 +101,37 @@ def _producing(tracer: Any, requests: Sequence[PreparedJob]) -> Iterator[Any]:
     else:
         attributes[BATCH_COUNT] = len(requests)
     name = f"send {queue}" if queue is not None else "send"
-    with tracer.start_as_current_span(name, kind=trace.SpanKind.PRODUCER, attributes=attributes) as span:
-        stored = _carrier_json(span)
-        if stored is not None:
-            for request in requests:
-                request.trace_context_json = stored
-        yield span
+    span = tracer.start_span(name, kind=trace.SpanKind.PRODUCER, attributes=attributes)
+    stored = _carrier_json(span)
+    if stored is not None:
+        for request in requests:
+            request.trace_context_json = stored
+    return _Current(span)
+
+
+class _Current:
+    """A started span, current while the block runs and ended after it (an exception ends it with
+    an error status). One plain object rather than generator-based context managers: this runs
+    for every enqueue call and every attempt."""
+
+    __slots__ = ("span", "token")
+
+    def __init__(self, span: Any) -> None:
+        self.span = span
+
+    def __enter__(self) -> Any:
+        self.token = otel_context.attach(trace.set_span_in_context(self.span))
+        return self.span
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        otel_context.detach(self.token)
+        try:
+            if exc is not None:
+                self.span.record_exception(exc)
+                self.span.set_status(trace.Status(trace.StatusCode.ERROR, kind.__name__ if kind else None))
+            self.span.end()
+        except Exception:  # as above: what the span processors do on end is not the work's failure
+            logger.exception("Ending a span failed")
 
 
 def settled(span: Any, results: Sequence[EnqueueResult]) -> None:
@@ -127,11 +157,14 @@ def processing(job: ClaimedJob) -> contextlib.AbstractContextManager[Any]:
     tracer = _tracer()
     if tracer is None:
         return _NOTHING
-    return _processing(tracer, job)
+    try:
+        return _consumer(tracer, job)
+    except Exception:  # the project's samplers and span processors must not fail the attempt
+        logger.exception("Starting the attempt's span failed id=%s; running it without", job.id)
+        return _NOTHING
 
 
-@contextlib.contextmanager
-def _processing(tracer: Any, job: ClaimedJob) -> Iterator[Any]:
+def _consumer(tracer: Any, job: ClaimedJob) -> _Current:
     attributes = {
         SYSTEM_ATTR: SYSTEM,
         OPERATION_TYPE: "process",
@@ -142,41 +175,51 @@ def _processing(tracer: Any, job: ClaimedJob) -> Iterator[Any]:
         ATTEMPT: job.attempt,
     }
     produced = _produced_context(job.trace_context)
-    parent, links = otel_context.Context(), []  # a root unless it continues its producer's trace
+    parent, links = _ROOT, []  # a root unless it continues its producer's trace
     if produced is not None:
         if job.attempt == 1 and job.root_id == job.id:
             parent = produced
         else:
             links = [trace.Link(trace.get_current_span(produced).get_span_context())]
-    with tracer.start_as_current_span(
+    span = tracer.start_span(
         f"process {job.queue}", context=parent, kind=trace.SpanKind.CONSUMER, attributes=attributes, links=links
-    ) as span:
-        yield span
+    )
+    return _Current(span)
 
 
 def finished(span: Any, outcome: Outcome) -> None:
     """Give the consumer span the attempt's outcome: an error status unless it succeeded."""
     if span is None:
         return
-    span.set_attribute(STATUS, outcome.status)
-    if outcome.exception is not None:
-        span.record_exception(outcome.exception)
-    if outcome.status != "succeeded":
-        span.set_status(trace.Status(trace.StatusCode.ERROR, outcome.error.partition("\n")[0] or outcome.status))
+    try:
+        span.set_attribute(STATUS, outcome.status)
+        if outcome.status != "succeeded":  # outcome.error is storable text already
+            span.set_status(trace.Status(trace.StatusCode.ERROR, outcome.error.partition("\n")[0] or outcome.status))
+        if outcome.exception is not None:
+            _record_exception(span, outcome.exception)
+    except Exception:  # the span is the report, not the outcome: the outcome stands as decided
+        logger.exception("Describing the attempt on its span failed id=%s", outcome.job.id)
+
+
+def _record_exception(span: Any, exc: BaseException) -> None:
+    """Record ``exc`` on ``span``; by its type alone when its own ``__str__`` or ``__repr__`` fails."""
+    try:
+        span.record_exception(exc)  # formats the exception: its own code runs
+    except Exception:
+        span.add_event("exception", {"exception.type": f"{type(exc).__module__}.{type(exc).__qualname__}"})
 
 
 def _carrier_json(span: Any) -> str | None:
-    """The W3C trace context of ``span`` as the JSON text a job stores, or None if it has none."""
-    if not span.get_span_context().is_valid:
+    """The W3C trace context of ``span`` as the JSON text a job stores, or None if it has none.
+
+    Written as the W3C propagator writes it (``traceparent: 00-<trace>-<span>-<flags>``), without
+    building a context for it: this runs on every traced enqueue.
+    """
+    context = span.get_span_context()
+    if not context.is_valid:
         return None
-    carrier: dict[str, str] = {}
-    assert _propagator is not None
-    _propagator.inject(carrier, context=trace.set_span_in_context(span))
-    parent = carrier.get("traceparent")
-    if parent is None or len(parent) != TRACEPARENT_CHARS:
-        return None
-    stored = {"traceparent": parent}
-    state = carrier.get("tracestate")
+    stored = {"traceparent": f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}"}
+    state = context.trace_state.to_header() if context.trace_state else ""
     if state and len(state) <= MAX_TRACESTATE_CHARS:
         stored["tracestate"] = state
     return json.dumps(stored, separators=(",", ":"))

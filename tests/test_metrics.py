@@ -511,6 +511,33 @@ def test_a_worker_serves_its_own_metrics_on_its_metrics_port(tmp_path):
         assert not any(name == "workhorse_jobs" for name, _ in samples)  # the gauges are the web endpoint's
 
 
+def test_in_multiprocess_mode_the_endpoint_adds_up_two_worker_processes(scraper, tmp_path, monkeypatch):
+    from django_workhorse.models import Job
+    from tests.processes import worker_spawner
+    from tests.test_worker_processes import COMMON, WORKER_MAIN
+    from tests.worker_tasks import wait_for
+
+    metrics_dir = tmp_path / "metrics"
+    metrics_dir.mkdir()
+    command = [sys.executable, str(WORKER_MAIN), *COMMON, "--queues", "m-mp", "--concurrency", "2"]
+    with worker_spawner(tmp_path, command, env={"PROMETHEUS_MULTIPROC_DIR": str(metrics_dir)}) as start:
+        workers = [start(), start()]
+        enqueue_many([EnqueueRequest("tests.record", {"n": n}, EnqueueOptions(queue="m-mp")) for n in range(40)])
+        done = Job.objects.filter(queue="m-mp", status="succeeded")
+        assert wait_for(lambda: done.count() == 40, timeout=120, what="40 jobs done by two workers")
+        for worker in workers:
+            worker.popen.terminate()
+            worker.popen.wait(60)
+    pids = {path.stem.rsplit("_", 1)[-1] for path in metrics_dir.glob("*.db")}
+
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(metrics_dir))
+    samples = scraper.samples()
+
+    assert len(pids) == 2  # each worker process wrote its own files
+    assert samples[("workhorse_attempts_finished_total", per_job(queue="m-mp", status="succeeded"))] == 40
+    assert samples[("workhorse_handler_duration_seconds_count", per_job(queue="m-mp"))] == 40
+
+
 def test_a_metrics_port_that_is_taken_stops_the_worker_with_a_clear_error():
     import socket
 

@@ -32,6 +32,11 @@ from django_workhorse.schedules import Schedule, next_tick
 from tests.factories import JobFactory
 
 pytestmark = pytest.mark.django_db
+# What workhorse_status says of the per-minute rates in a process without shared counters.
+NO_SHARED_COUNTERS = (
+    "Duplicates saved and conflicts per minute need PROMETHEUS_MULTIPROC_DIR, shared with the processes "
+    "that enqueue (this command's own process counts nothing)."
+)
 
 KEY = Idempotency("order:7", scope="orders")
 
@@ -109,6 +114,10 @@ def test_status_says_so_when_there_are_no_jobs_and_no_workers():
         "\n"
         "Schedules (times in UTC)\n"
         "No schedules evaluated yet.\n"
+        "\n"
+        "Idempotency keys by scope\n"
+        "No live bindings.\n"
+        f"{NO_SHARED_COUNTERS}\n"
     )
     assert err == ""
 
@@ -175,7 +184,7 @@ def test_status_json_matches_the_database(busy_queues):
     out, _ = run("workhorse_status", "--json")
 
     report = json.loads(out)
-    assert set(report) == {"queues", "throughput", "workers", "schedules"}
+    assert set(report) == {"queues", "throughput", "workers", "schedules", "scopes"}
     assert report["schedules"] == []
     queues = {row.pop("queue"): row for row in report["queues"]}
     assert list(queues) == ["billing", "mail"]
@@ -232,6 +241,10 @@ def test_status_prints_tables_with_the_same_numbers(busy_queues):
         "\n"
         "Schedules (times in UTC)\n"
         "No schedules evaluated yet.\n"
+        "\n"
+        "Idempotency keys by scope\n"
+        "No live bindings.\n"
+        f"{NO_SHARED_COUNTERS}\n"
     )
     assert err == ""
 
@@ -292,7 +305,7 @@ def test_status_shows_the_schedules(schedules):
             ["yearly", "0 9 1 1 *", "Europe/Paris", f"{expected_tick:%Y-%m-%d %H:%M:%S}", "-", "-", "active"],
         ],
     )
-    assert out.endswith("\n\nSchedules (times in UTC)\n" + "\n".join(table) + "\n")
+    assert "\n\nSchedules (times in UTC)\n" + "\n".join(table) + "\n\nIdempotency keys by scope\n" in out
     assert err == ""
     by_name = {row["name"]: row for row in report["schedules"]}
     assert list(by_name) == ["gone", "minutely", "yearly"]

@@ -17,7 +17,8 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import SpanKind, StatusCode
+from opentelemetry.trace import NonRecordingSpan, SpanKind, StatusCode
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from opentelemetry.util._once import Once
 
 from django_workhorse import (
@@ -68,8 +69,10 @@ def stored_context(job_id: int) -> dict[str, str] | None:
 
 
 def traceparent_of(span: ReadableSpan) -> str:
-    context = span.get_span_context()
-    return f"00-{context.trace_id:032x}-{context.span_id:016x}-{int(context.trace_flags):02x}"
+    """What OpenTelemetry's own W3C propagator writes for ``span``."""
+    carrier: dict[str, str] = {}
+    TraceContextTextMapPropagator().inject(carrier, context=trace.set_span_in_context(NonRecordingSpan(span.context)))
+    return carrier["traceparent"]
 
 
 def test_enqueue_makes_a_producer_span_and_stores_its_context_on_the_job(spans):
@@ -226,7 +229,7 @@ def test_a_stored_context_that_cannot_be_read_gives_a_root_span_and_the_job_stil
 
 
 def test_a_long_tracestate_is_left_out_and_a_short_one_kept(spans):
-    from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, TraceState
+    from opentelemetry.trace import SpanContext, TraceFlags, TraceState
 
     def remote(state: TraceState) -> Any:
         """A caller's span from another service, whose tracestate the producer span inherits."""
@@ -250,3 +253,52 @@ def test_without_an_sdk_nothing_is_traced_or_stored():
     run_worker(queues=["t-off"])
     job = Job.objects.get(pk=job_id)
     assert (job.trace_context, job.status) == (None, "succeeded")
+
+
+@pytest.mark.parametrize("kind", ["unprintable_error", "not_text_error", "nul_error", "surrogate_result"])
+def test_with_tracing_on_a_poison_outcome_still_kills_its_own_attempt_only(spans, kind):
+    from tests.test_worker_poison import POISONS, enqueue_pair
+
+    poison, good = enqueue_pair(kind)
+    stats = run_worker(concurrency=2, batch=2, timeout=30)
+
+    assert stats.finished == {"dead": 1, "succeeded": 1} and stats.failed_threads == []
+    assert Job.objects.get(pk=poison).last_error.startswith(POISONS[kind])
+    assert Job.objects.get(pk=good).status == "succeeded"
+    statuses = {(s.attributes or {})["messaging.message.id"]: s.status.status_code for s in named(spans, "process")}
+    assert statuses == {str(poison): StatusCode.ERROR, str(good): StatusCode.UNSET}
+
+
+class Raising(SimpleSpanProcessor):
+    """A project's span processor with a bug: it raises when a span starts or ends."""
+
+    def __init__(self, on: str) -> None:
+        super().__init__(InMemorySpanExporter())
+        self.on = on
+
+    def on_start(self, span: Any, parent_context: Any = None) -> None:
+        if self.on == "start":
+            raise RuntimeError("span processor broken on start")
+
+    def on_end(self, span: Any) -> None:
+        if self.on == "end":
+            raise RuntimeError("span processor broken on end")
+
+
+@pytest.mark.parametrize("on", ["start", "end"])
+def test_a_broken_span_processor_fails_neither_enqueue_nor_the_attempt(spans, on, caplog):
+    trace.get_tracer_provider().add_span_processor(Raising(on))  # type: ignore[attr-defined]
+    key = Idempotency(KEY, scope="traces")
+    first = enqueue("tests.record", {"n": 1}, queue="t-broken", idempotency=key)
+    assert enqueue("tests.record", {"n": 1}, queue="t-broken", idempotency=key) == first
+    run_worker(queues=["t-broken"])
+
+    assert Job.objects.get(pk=first).status == "succeeded"
+    logged = {r.getMessage().split(" id=")[0] for r in caplog.records if r.name == "django_workhorse.tracing"}
+    if on == "start":
+        assert logged == {
+            "Starting the enqueue's span failed; enqueueing without it",
+            "Starting the attempt's span failed",
+        }
+    else:
+        assert logged == {"Ending a span failed"}
