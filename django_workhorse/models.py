@@ -19,6 +19,7 @@ from django_workhorse.types import KeyMode
 JOB_READY_IDX = "workhorse_job_ready_idx"
 JOB_LEASE_IDX = "workhorse_job_lease_idx"
 JOB_FINISHED_IDX = "workhorse_job_finished_idx"
+JOB_DEAD_IDX = "workhorse_job_dead_idx"
 WORKER_NAME_UNIQ = "workhorse_worker_name_uniq"
 CHECKPOINT_NAME_UNIQ = "workhorse_checkpoint_job_name_uniq"
 REDRIVE_REQUEST_UNIQ = "workhorse_redrive_source_request_uniq"
@@ -166,6 +167,11 @@ class Job(models.Model):
             # Finds finished jobs past the retention window, for maintenance to prune.
             models.Index(
                 fields=["finished_at"], name=JOB_FINISHED_IDX, condition=models.Q(status__in=TERMINAL_STATUSES)
+            ),
+            # Counts the dead letters by queue (the gauges, the dashboard) without reading the
+            # finished history, and lists them newest first.
+            models.Index(
+                fields=["queue", "-finished_at"], name=JOB_DEAD_IDX, condition=models.Q(status=JobStatus.DEAD)
             ),
         ]
         constraints = [

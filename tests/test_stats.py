@@ -28,6 +28,36 @@ def test_queue_depths_count_each_live_state_per_queue_and_the_oldest_ready_age()
     ]
 
 
+HISTORY = """
+INSERT INTO workhorse_job (job_type, queue, payload, status, priority, run_at, attempt, max_attempts,
+                           retry_policy, tags, created_at, finished_at, last_error)
+SELECT 'tests.record', 'a', '{}', 'succeeded', 0, now(), 1, 25, '{}', '[]', now(), now(), ''
+FROM generate_series(1, %s)
+"""
+
+
+def test_queue_depths_read_the_partial_indexes_and_never_the_finished_history():
+    from django.db import connection
+
+    now = timezone.now()
+    JobFactory(queue="a", run_at=now - timedelta(seconds=5))
+    JobFactory(queue="a", status=JobStatus.RUNNING, attempt=1, lease_expires_at=now + timedelta(minutes=5))
+    JobFactory(queue="a", status=JobStatus.DEAD, attempt=1, finished_at=now)
+    with connection.cursor() as cursor:
+        cursor.execute(HISTORY, [50_000])
+        cursor.execute("ANALYZE workhorse_job")
+
+    plan = stats.queue_depth_rows(now=now).explain()
+
+    assert "Seq Scan on workhorse_job" not in plan, plan
+    assert "workhorse_job_finished_idx" not in plan, plan
+    for index in ("workhorse_job_ready_idx", "workhorse_job_lease_idx", "workhorse_job_dead_idx"):
+        assert index in plan, plan
+    assert stats.queue_depths(now=now) == [
+        stats.QueueDepth(queue="a", ready=1, running=1, dead=1, oldest_ready_age=timedelta(seconds=5))
+    ]
+
+
 def test_throughput_counts_finished_jobs_per_minute_over_the_window():
     now = timezone.now().replace(second=30, microsecond=0)
     minute = now.replace(second=0)

@@ -18,11 +18,11 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from django_workhorse import stats
+from django_workhorse.stats import STATES
 
 logger = logging.getLogger(__name__)
 
 CACHE_SECONDS = 5.0
-STATES = ("ready", "scheduled", "running", "dead")
 
 
 class DatabaseGauges(Collector):
