@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -29,7 +30,6 @@ if TYPE_CHECKING:
 try:
     from opentelemetry import context as otel_context
     from opentelemetry import trace
-    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
     INSTALLED = True
 except ImportError:  # opentelemetry-api is not installed: nothing is traced
@@ -55,7 +55,8 @@ MAX_TRACESTATE_CHARS = 512
 
 _NOTHING: contextlib.nullcontext[None] = contextlib.nullcontext()
 _ROOT = otel_context.Context() if INSTALLED else None  # an empty context: no parent
-_propagator = TraceContextTextMapPropagator() if INSTALLED else None
+# A version-00 traceparent, as this library writes it: version, trace id, span id, flags.
+_TRACEPARENT = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
 _cached: tuple[Any, Any] | None = None  # (provider, its tracer for this library)
 
 
@@ -226,10 +227,26 @@ def _carrier_json(span: Any) -> str | None:
 
 
 def _produced_context(stored: Any) -> Any:
-    """The context stored on a job, or None if it has none (or none this version can read)."""
-    if not isinstance(stored, dict) or not isinstance(stored.get("traceparent"), str):
+    """The context stored on a job, or None if it has none (or none this version can read).
+
+    Read as the W3C propagator reads a version-00 traceparent, without its carrier machinery:
+    this runs for every attempt.
+    """
+    if not isinstance(stored, dict):
         return None
-    carrier = {key: value for key, value in stored.items() if isinstance(value, str)}
-    assert _propagator is not None
-    produced = _propagator.extract(carrier, context=otel_context.Context())
-    return produced if trace.get_current_span(produced).get_span_context().is_valid else None
+    parent = stored.get("traceparent")
+    found = _TRACEPARENT.fullmatch(parent) if isinstance(parent, str) else None
+    if found is None:
+        return None
+    trace_id, span_id = int(found[1], 16), int(found[2], 16)
+    if not trace_id or not span_id:  # the all-zero ids are invalid
+        return None
+    state = stored.get("tracestate")
+    context = trace.SpanContext(
+        trace_id,
+        span_id,
+        is_remote=True,
+        trace_flags=trace.TraceFlags(int(found[3], 16)),
+        trace_state=trace.TraceState.from_header([state]) if isinstance(state, str) and state else None,
+    )
+    return trace.set_span_in_context(trace.NonRecordingSpan(context), _ROOT)

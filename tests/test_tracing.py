@@ -245,6 +245,12 @@ def test_a_long_tracestate_is_left_out_and_a_short_one_kept(spans):
 
     assert (stored_context(kept) or {})["tracestate"] == "vendor=" + "v" * 10
     assert "tracestate" not in (stored_context(dropped) or {})
+    # The worker reads it back: the first attempt's span carries the caller's tracestate on.
+    run_worker(queues=["t-state"])
+    process = {(s.attributes or {})["messaging.message.id"]: s for s in named(spans, "process t-state")}
+    assert process[str(kept)].context.trace_state.to_header() == "vendor=" + "v" * 10
+    assert process[str(kept)].context.trace_id == 0x0AF7651916CD43DD8448EB211C80319C
+    assert not process[str(dropped)].context.trace_state
 
 
 def test_without_an_sdk_nothing_is_traced_or_stored():
