@@ -32,7 +32,9 @@ from common import (
 )
 
 CONFIGS = [(1, 1), (1, 10), (1, 50), (4, 50), (8, 50)]  # (concurrency, batch)
-OBSERVED_CONFIGS = [(1, 10), (8, 50)]
+# (concurrency, batch, job type): no-op jobs, and jobs whose handler waits 10 ms on I/O (a query,
+# an HTTP call) with the concurrency to keep the worker busy.
+OBSERVED_CONFIGS = [(1, 10, "bench.noop"), (8, 50, "bench.noop"), (16, 50, "bench.io_10ms")]
 
 
 def main() -> None:
@@ -54,20 +56,21 @@ def main() -> None:
     from django_workhorse.worker import Worker
 
     register("bench.noop", lambda payload: None)
+    register("bench.io_10ms", lambda payload: time.sleep(0.01))  # releases the GIL, as I/O does
     started: dict[int, float] = {}
     register("bench.probe", lambda payload: started.setdefault(payload["i"], time.monotonic()))
 
-    def fill(n: int) -> None:
+    def fill(n: int, job_type: str = "bench.noop") -> None:
         for start in range(0, n, 1000):
-            enqueue_many([EnqueueRequest("bench.noop", PAYLOAD) for _ in range(min(1000, n - start))])
+            enqueue_many([EnqueueRequest(job_type, PAYLOAD) for _ in range(min(1000, n - start))])
 
-    def throughput(concurrency: int, batch: int, backlog: int) -> float:
+    def throughput(concurrency: int, batch: int, backlog: int, job_type: str = "bench.noop") -> float:
         reset_tables()
         if backlog:
             with connection.cursor() as cursor:
                 cursor.execute(BACKLOG, {"n": backlog})
                 cursor.execute("VACUUM ANALYZE workhorse_job")
-        fill(args.n)
+        fill(args.n, job_type)
         worker = Worker(concurrency=concurrency, batch=batch, burst=True, listen_using=None, poll_interval=0.05)
         began = time.perf_counter()
         stats = worker.run()
@@ -98,16 +101,17 @@ def main() -> None:
 
     if args.observability:
         on_off = {}
-        for concurrency, batch in OBSERVED_CONFIGS:
+        for concurrency, batch, job_type in OBSERVED_CONFIGS:
 
-            def switched(mode: str, c: int = concurrency, b: int = batch):
+            def switched(mode: str, c: int = concurrency, b: int = batch, t: str = job_type):
                 def run() -> float:
                     observability(mode)  # the jobs are enqueued in this mode too (their contexts)
-                    return throughput(c, b, 0)
+                    return throughput(c, b, 0, t)
 
                 return run
 
-            on_off[f"concurrency {concurrency}, batch {batch}"] = alternating(
+            handler = "no-op" if job_type == "bench.noop" else "10 ms of I/O"
+            on_off[f"{handler} handler, concurrency {concurrency}, batch {batch}"] = alternating(
                 args.runs, {mode: switched(mode) for mode in OBSERVABILITY_MODES}
             )
         observability("off")

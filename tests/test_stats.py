@@ -56,6 +56,11 @@ def test_queue_depths_read_the_partial_indexes_and_never_the_finished_history():
     assert stats.queue_depths(now=now) == [
         stats.QueueDepth(queue="a", ready=1, running=1, dead=1, oldest_ready_age=timedelta(seconds=5))
     ]
+    # The dashboard's recent failures: the newest dead letters, from the same index.
+    from django_workhorse.models import Job
+
+    failures = Job.objects.filter(status=JobStatus.DEAD).order_by("-finished_at", "-id")[:10].explain()
+    assert "workhorse_job_dead_idx" in failures and "Seq Scan" not in failures, failures
 
 
 def test_throughput_counts_finished_jobs_per_minute_over_the_window():
