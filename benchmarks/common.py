@@ -189,3 +189,25 @@ def print_on_off(title: str, figures: dict[str, dict[str, dict[str, float]]]) ->
             + " |"
         )
     return costs
+
+
+def observability_costs(runs: int, workloads: dict[str, Callable[[], float]], title: str, path: str | None) -> None:
+    """Measure each workload (a call returning a rate) in every mode of OBSERVABILITY_MODES,
+    interleaved; print the table of what each mode costs and dump the figures to ``path``."""
+
+    def in_mode(mode: str, workload: Callable[[], float]) -> Callable[[], float]:
+        def run() -> float:
+            observability(mode)
+            return workload()
+
+        return run
+
+    figures = {
+        label: alternating(runs, {mode: in_mode(mode, workload) for mode in OBSERVABILITY_MODES})
+        for label, workload in workloads.items()
+    }
+    observability("off")
+    env = environment()
+    print("\n" + json.dumps(env))
+    costs = print_on_off(title, figures)
+    dump(path, {"environment": env, "observability": figures, "costs": costs})

@@ -20,14 +20,11 @@ import uuid
 
 from common import (
     BENCH_JOBS_DDL,
-    OBSERVABILITY_MODES,
     PAYLOAD,
-    alternating,
     dump,
     environment,
     median_of,
-    observability,
-    print_on_off,
+    observability_costs,
     print_table,
     rate,
     reset_tables,
@@ -108,7 +105,8 @@ def main() -> None:
             "enqueue, keyed replay, 1 per transaction": lambda: replays(True),
             "enqueue_many(1000), keyed": lambda: many(True),
         }
-        costs_of(args, workloads, fresh, "enqueue (jobs/s) by what is observed; in brackets, the change from off")
+        title = "enqueue (jobs/s) by what is observed; in brackets, the change from off"
+        observability_costs(args.runs, {label: fresh(work) for label, work in workloads.items()}, title, args.json)
         return
 
     raw = connection.connection
@@ -187,26 +185,6 @@ def main() -> None:
     }
     print("\n" + "\n".join(f"- {k}: {v:.2f}" for k, v in ratios.items()))
     dump(args.json, {"environment": env, "enqueue": figures, "limits": limits, "ratios": ratios})
-
-
-def costs_of(args: argparse.Namespace, workloads: dict, fresh, title: str) -> None:
-    """Measure each workload in every observability mode, interleaved; print and dump."""
-    figures = {}
-    for label, workload in workloads.items():
-
-        def switched(mode: str, work=workload):
-            def run() -> float:
-                observability(mode)
-                return fresh(work)()
-
-            return run
-
-        figures[label] = alternating(args.runs, {mode: switched(mode) for mode in OBSERVABILITY_MODES})
-    observability("off")
-    env = environment()
-    print("\n" + json.dumps(env))
-    costs = print_on_off(title, figures)
-    dump(args.json, {"environment": env, "observability": figures, "costs": costs})
 
 
 if __name__ == "__main__":

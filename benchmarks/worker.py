@@ -18,14 +18,11 @@ import threading
 import time
 
 from common import (
-    OBSERVABILITY_MODES,
     PAYLOAD,
-    alternating,
     dump,
     environment,
     median_of,
-    observability,
-    print_on_off,
+    observability_costs,
     print_table,
     reset_tables,
     setup_django,
@@ -100,28 +97,16 @@ def main() -> None:
         return {"p50_ms": statistics.median(gaps), "p95_ms": gaps[int(len(gaps) * 0.95) - 1], "samples": len(gaps)}
 
     if args.observability:
-        on_off = {}
-        for concurrency, batch, job_type in OBSERVED_CONFIGS:
-
-            def switched(mode: str, c: int = concurrency, b: int = batch, t: str = job_type):
-                def run() -> float:
-                    observability(mode)  # the jobs are enqueued in this mode too (their contexts)
-                    return throughput(c, b, 0, t)
-
-                return run
-
-            handler = "no-op" if job_type == "bench.noop" else "10 ms of I/O"
-            on_off[f"{handler} handler, concurrency {concurrency}, batch {batch}"] = alternating(
-                args.runs, {mode: switched(mode) for mode in OBSERVABILITY_MODES}
+        workloads = {
+            f"{'no-op' if t == 'bench.noop' else '10 ms of I/O'} handler, concurrency {c}, batch {b}": (
+                lambda c=c, b=b, t=t: throughput(
+                    c, b, 0, t
+                )  # enqueued in the mode measured: traced jobs carry contexts
             )
-        observability("off")
-        env = environment()
-        print("\n" + str(env))
-        title = (
-            f"worker throughput ({args.n:,} no-op jobs, jobs/s) by what is observed; in brackets, the change from off"
-        )
-        costs = print_on_off(title, on_off)
-        dump(args.json, {"environment": env, "observability": on_off, "costs": costs})
+            for c, b, t in OBSERVED_CONFIGS
+        }
+        title = "worker throughput (jobs/s) by what is observed; in brackets, the change from off"
+        observability_costs(args.runs, workloads, title, args.json)
         return
 
     rows = []
