@@ -603,3 +603,23 @@ def test_while_the_database_cannot_be_read_the_counters_are_served_without_the_g
     assert not gauge_values(down, "workhorse_jobs") and not gauge_values(down, "workhorse_workers_alive")
     assert down[(REQUESTS, per_job(queue="g-counted", mode="none", outcome="accepted"))] >= 1  # counters still answer
     assert gauge_values(back, "workhorse_jobs")[labels(queue="g-down", state="ready")] == 1
+
+
+def documented_metrics() -> set[str]:
+    """The metric names of docs/observability.md's tables (their first column)."""
+    import re
+
+    text = (ROOT / "docs" / "observability.md").read_text()
+    return set(re.findall(r"^\| `(workhorse_[a-z_]+)` \|", text, re.M))
+
+
+def test_every_metric_served_is_documented_and_every_documented_one_served(scraper, gauges):
+    status, _, text = scraper.get({"Authorization": f"Bearer {TOKEN}"})
+    assert status == 200
+    served = {
+        family.name + ("_total" if family.type == "counter" else "")
+        for family in text_string_to_metric_families(text)
+        # prometheus-client also writes when each unlabelled metric was created: not a metric of ours
+        if family.name.startswith("workhorse_") and not family.name.endswith("_created")
+    }
+    assert served == documented_metrics()
