@@ -184,3 +184,19 @@ def test_status_reads_the_rates_every_process_of_the_multiprocess_directory_coun
     assert line["rate"]["seconds"] >= 1
     assert line["rate"]["saved_per_minute"] == pytest.approx(line["rate"]["saved"] * 60 / line["rate"]["seconds"], 1e-3)
     assert re.search(r"^v-multi\s+1\s+\d+\s+[\d.]+\s+0\s+0\.0$", text, re.M)
+
+
+def test_a_scope_left_out_of_a_full_listing_is_uncounted_not_zero():
+    rate = keyed_rates.ScopeRate("other", saved=2, conflicts=0, seconds=60.0)
+    listed = [stats.ScopeBindings("a", 5), stats.ScopeBindings("b", 3)]
+
+    full = keyed_rates.by_scope(listed, {"other": rate, "a": rate}, limit=2)
+    not_full = keyed_rates.by_scope(listed, {"other": rate}, limit=3)
+
+    assert [(line.scope, line.live_bindings, line.rate) for line in full] == [
+        ("a", 5, rate),
+        ("b", 3, None),
+        ("other", None, rate),
+    ]
+    assert [(line.scope, line.live_bindings) for line in not_full] == [("a", 5), ("b", 3), ("other", 0)]
+    assert rate.saved_per_minute == 2.0

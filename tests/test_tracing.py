@@ -308,3 +308,20 @@ def test_a_broken_span_processor_fails_neither_enqueue_nor_the_attempt(spans, on
         }
     else:
         assert logged == {"Ending a span failed"}
+
+
+def test_a_debounce_replacement_from_another_trace_keeps_the_jobs_first_context(spans):
+    from django_workhorse import Debounce
+
+    tracer = trace.get_tracer("tests")
+    key = Debounce("trace-debounce", timedelta(minutes=5), scope="traces")
+    with tracer.start_as_current_span("first request"):
+        first = enqueue_with_result("tests.record", {"n": 1}, queue="t-debounce", debounce=key)
+    with tracer.start_as_current_span("second request"):
+        second = enqueue_with_result("tests.record", {"n": 2}, queue="t-debounce", debounce=key)
+
+    assert (second.job_id, second.outcome) == (first.job_id, EnqueueOutcome.REPLACED)
+    sent, replaced = named(spans, "send")
+    assert (replaced.attributes or {})["workhorse.enqueue.outcome"] == "replaced"
+    assert Job.objects.get(pk=first.job_id).payload == {"n": 2}  # the definition was replaced
+    assert stored_context(first.job_id) == {"traceparent": traceparent_of(sent)}  # the context was not
