@@ -111,6 +111,7 @@ def redrive(
         raise _not_redrivable(alias, job_id)
     created, new_job_id, stored_by, stored_reason, queue = row
     if created:
+        assert queue is not None  # REDRIVE returns the new job's queue with it
         logger.info("Redrove job id=%s as id=%s request_id=%s", job_id, new_job_id, request_id)
         instruments.redriven(queue)
         return new_job_id

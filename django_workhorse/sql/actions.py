@@ -86,7 +86,7 @@ SELECT status FROM target
 
 def redrive(
     alias: str, *, source_id: int, request_id: str, requested_by: str, reason: str, channel: str
-) -> tuple[bool, int, str, str, str] | None:
+) -> tuple[bool, int, str, str, str | None] | None:
     """Run REDRIVE; return (created, new job id, stored requested_by, stored reason, the new job's
     queue if created), or None."""
     params = {
@@ -97,7 +97,7 @@ def redrive(
     return tuple(rows[0]) if rows else None
 
 
-def find_redrive(alias: str, *, source_id: int, request_id: str) -> tuple[bool, int, str, str, str] | None:
+def find_redrive(alias: str, *, source_id: int, request_id: str) -> tuple[bool, int, str, str, str | None] | None:
     """Read a recorded redrive in a fresh snapshot (one committed after REDRIVE's snapshot)."""
     rows = execute(alias, FIND_REDRIVE, {"source_id": source_id, "request_id": request_id})
     return tuple(rows[0]) if rows else None

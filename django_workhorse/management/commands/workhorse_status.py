@@ -211,24 +211,19 @@ class Command(BaseCommand):
     def _write_scopes(self, scopes: list[ScopeDedup], window: float, rates: dict[str, ScopeRate] | None) -> None:
         self.stdout.write("Idempotency keys by scope")
         if rates is None:
-            rows = [[line.scope, _count(line.live_bindings)] for line in scopes]
-            if rows:
-                for row in format_table(["scope", "live bindings"], rows, right=[1]):
-                    self.stdout.write(row)
-            else:
-                self.stdout.write("No live bindings.")
-            self.stdout.write(_why_no_rates(window))
-            return
-        rows = [[line.scope, _count(line.live_bindings), *_rate_cells(line.rate)] for line in scopes]
-        headers = ["scope", "live bindings", "saved", "saved/min", "conflicts", "conflicts/min"]
-        if not rows:
-            self.stdout.write("No live bindings and no keyed requests.")
-        for row in format_table(headers, rows, right=range(1, 6)) if rows else ():
-            self.stdout.write(row)
-        self.stdout.write(
-            f"Duplicates saved (replayed, coalesced, replaced) and conflicts over {window:g} s, "
-            "as every process of PROMETHEUS_MULTIPROC_DIR counted them."
-        )
+            headers, rows = ["scope", "live bindings"], [[line.scope, _count(line.live_bindings)] for line in scopes]
+            empty, footer = "No live bindings.", _why_no_rates(window)
+        else:
+            headers = ["scope", "live bindings", "saved", "saved/min", "conflicts", "conflicts/min"]
+            rows = [[line.scope, _count(line.live_bindings), *_rate_cells(line.rate)] for line in scopes]
+            empty = "No live bindings and no keyed requests."
+            footer = (
+                f"Duplicates saved (replayed, coalesced, replaced) and conflicts over {window:g} s, "
+                "as every process of PROMETHEUS_MULTIPROC_DIR counted them."
+            )
+        for line in format_table(headers, rows, right=range(1, len(headers))) if rows else [empty]:
+            self.stdout.write(line)
+        self.stdout.write(footer)
 
 
 def _rate_window(value: str) -> float:
