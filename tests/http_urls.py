@@ -9,6 +9,7 @@ from tests import http_views
 
 router = SimpleRouter()
 router.register("drf/orders", http_views.OrderViewSet, basename="drf-orders")
+router.register("placed/viewset", http_views.PlacedOnViewSetAction, basename="placed-viewset")
 
 urlpatterns = [
     path("orders/", http_views.create_order),
@@ -24,5 +25,12 @@ urlpatterns = [
     path("class/orders/", http_views.OrderView.as_view()),
     path("drf/create-order/", http_views.drf_create_order),
     path("drf/refuse/", http_views.drf_refuse),
+    path("placed/below-api-view/", http_views.placed_below_api_view),
+    path("placed/handler/", http_views.PlacedOnHandler.as_view()),
+    path("placed/method-decorator/", http_views.PlacedByMethodDecorator.as_view()),
+    path("placed/dispatch/", http_views.PlacedOnDispatch.as_view()),
+    path("placed/dispatch-in-class-body/", http_views.PlacedOnDispatchInClassBody.as_view()),
+    path("placed/django-class/", http_views.SessionOrderView.as_view()),
+    path("placed/django-function/", http_views.session_order),
     *router.urls,
 ]

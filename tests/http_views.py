@@ -19,10 +19,12 @@ from django.utils.decorators import method_decorator
 from django.views import View
 from rest_framework import viewsets
 from rest_framework.authentication import BasicAuthentication
-from rest_framework.decorators import api_view, authentication_classes
+from rest_framework.decorators import api_view, authentication_classes, permission_classes
 from rest_framework.exceptions import ValidationError
+from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.views import APIView
 
 from django_workhorse import enqueue
 from django_workhorse.http import idempotent
@@ -71,7 +73,7 @@ def _fail_first() -> bool:
     return False
 
 
-@idempotent("tests.orders")
+@idempotent("tests.orders", anonymous=True)
 def create_order(request: HttpRequest, shop: int | None = None) -> HttpResponse:
     data = json.loads(request.body or b"{}")
     placed = _place(request, data)
@@ -86,7 +88,7 @@ def create_order(request: HttpRequest, shop: int | None = None) -> HttpResponse:
     return response
 
 
-@idempotent("tests.orders", wait=timedelta(seconds=30))
+@idempotent("tests.orders", wait=timedelta(seconds=30), anonymous=True)
 def create_order_waiting(request: HttpRequest) -> HttpResponse:
     placed = _place(request, json.loads(request.body or b"{}"))
     if _fail_first():
@@ -94,7 +96,7 @@ def create_order_waiting(request: HttpRequest) -> HttpResponse:
     return JsonResponse(placed, status=201)
 
 
-@idempotent("tests.orders", required=False)
+@idempotent("tests.orders", required=False, anonymous=True)
 def create_order_key_optional(request: HttpRequest) -> HttpResponse:
     placed = _place(request, {}) if request.idempotency is not None else {"keyed": False}
     return JsonResponse(placed, status=201)
@@ -114,19 +116,19 @@ def create_order_for_user(request: HttpRequest) -> HttpResponse:
     return JsonResponse(_place(request, json.loads(request.body or b"{}")), status=201)
 
 
-@idempotent("tests.orders")
+@idempotent("tests.orders", anonymous=True)
 def raise_after_writing(request: HttpRequest) -> HttpResponse:
     _place(request, {})
     raise RuntimeError("the view failed after writing")
 
 
-@idempotent("tests.orders")
+@idempotent("tests.orders", anonymous=True)
 def stream(request: HttpRequest) -> StreamingHttpResponse:
     _place(request, {})
     return StreamingHttpResponse(iter([b"a", b"b"]))
 
 
-@idempotent("tests.orders")
+@idempotent("tests.orders", anonymous=True)
 def large(request: HttpRequest) -> HttpResponse:
     _place(request, {})
     return HttpResponse(b"x" * int(request.GET["size"]), content_type="application/octet-stream")
@@ -144,14 +146,14 @@ def parse_form_first(view: Any) -> Any:
 
 
 @parse_form_first
-@idempotent("tests.uploads")
+@idempotent("tests.uploads", anonymous=True)
 def upload(request: HttpRequest) -> HttpResponse:
     _place(request, {})
     uploaded = request.FILES["file"]
     return JsonResponse({"name": uploaded.name, "size": uploaded.size, "note": request.POST["note"]}, status=201)
 
 
-@method_decorator(idempotent("tests.orders"), name="post")
+@method_decorator(idempotent("tests.orders", anonymous=True), name="post")
 class OrderView(View):
     def get(self, request: HttpRequest) -> HttpResponse:
         return JsonResponse({"orders": Order.objects.count()})
@@ -162,13 +164,13 @@ class OrderView(View):
 
 @api_view(["POST"])
 @authentication_classes([BasicAuthentication])
-@idempotent("tests.drf")
+@idempotent("tests.drf", anonymous=True)
 def drf_create_order(request: Request) -> Response:
     return Response(_place(request, request.data), status=201)
 
 
 @api_view(["POST"])
-@idempotent("tests.drf")
+@idempotent("tests.drf", anonymous=True)
 def drf_refuse(request: Request) -> Response:
     _place(request, request.data)
     raise ValidationError({"product": ["out of stock"]})  # DRF answers 400; the decorator sees the raise
@@ -184,3 +186,85 @@ class OrderViewSet(viewsets.ViewSet):
     def create(self, request: Request) -> Response:
         placed = _place(request, request.data)
         return Response({**placed, "user": request.user.get_username()}, status=201)
+
+
+# -- placements (tests/test_http_placement.py): BasicAuthentication + IsAuthenticated everywhere ------------
+
+PLACEMENT = "tests.placement"
+
+
+def _placed_for(request: Any) -> dict[str, Any]:
+    return {**_place(request, dict(request.data)), "user": request.user.get_username()}
+
+
+@api_view(["POST"])
+@authentication_classes([BasicAuthentication])
+@permission_classes([IsAuthenticated])
+@idempotent(PLACEMENT)
+def placed_below_api_view(request: Request) -> Response:
+    return Response(_placed_for(request), status=201)
+
+
+class PlacedOnHandler(APIView):
+    authentication_classes = [BasicAuthentication]
+    permission_classes = [IsAuthenticated]
+
+    @idempotent(PLACEMENT)
+    def post(self, request: Request) -> Response:
+        return Response(_placed_for(request), status=201)
+
+
+@method_decorator(idempotent(PLACEMENT), name="post")
+class PlacedByMethodDecorator(APIView):
+    authentication_classes = [BasicAuthentication]
+    permission_classes = [IsAuthenticated]
+
+    def post(self, request: Request) -> Response:
+        return Response(_placed_for(request), status=201)
+
+
+class PlacedOnViewSetAction(viewsets.ViewSet):
+    authentication_classes = [BasicAuthentication]
+    permission_classes = [IsAuthenticated]
+
+    @idempotent(PLACEMENT)
+    def create(self, request: Request) -> Response:
+        return Response(_placed_for(request), status=201)
+
+
+@method_decorator(idempotent(PLACEMENT), name="dispatch")
+class PlacedOnDispatch(APIView):
+    """The placement of the report: Django's request, before DRF authenticates (refused)."""
+
+    authentication_classes = [BasicAuthentication]
+    permission_classes = [IsAuthenticated]
+
+    def post(self, request: Request) -> Response:
+        return Response(_placed_for(request), status=201)
+
+
+class PlacedOnDispatchInClassBody(APIView):
+    authentication_classes = [BasicAuthentication]
+    permission_classes = [IsAuthenticated]
+
+    @idempotent(PLACEMENT)
+    def dispatch(self, request: Any, *args: Any, **kwargs: Any) -> Any:
+        return super().dispatch(request, *args, **kwargs)
+
+    def post(self, request: Request) -> Response:
+        return Response(_placed_for(request), status=201)
+
+
+@method_decorator(idempotent(PLACEMENT), name="post")
+class SessionOrderView(View):
+    """A Django class-based view: the user is the session's (AuthenticationMiddleware)."""
+
+    def post(self, request: HttpRequest) -> HttpResponse:
+        placed = _place(request, json.loads(request.body or b"{}"))
+        return JsonResponse({**placed, "user": request.user.get_username()}, status=201)
+
+
+@idempotent(PLACEMENT)
+def session_order(request: HttpRequest) -> HttpResponse:
+    placed = _place(request, json.loads(request.body or b"{}"))
+    return JsonResponse({**placed, "user": request.user.get_username()}, status=201)

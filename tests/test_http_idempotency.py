@@ -464,9 +464,10 @@ def test_the_default_owner_is_the_authenticated_user(client_, django_user_model)
     ann_again = client_.send(path, BOOK, key=key, headers={"Cookie": session_cookie(ann)})
 
     assert [r.replayed for r in (as_ann, as_bob, anonymous, ann_again)] == [False, False, False, True]
-    assert len({as_ann.json["order"], as_bob.json["order"], anonymous.json["order"]}) == 3
+    assert len({as_ann.json["order"], as_bob.json["order"]}) == 2
+    assert (anonymous.status, anonymous.json["code"]) == (403, "idempotency-owner-anonymous")  # no opt-in
     owners = sorted(record.owner for record in http_records())
-    assert owners == sorted([f"user:{ann.pk}", f"user:{bob.pk}", "anonymous"])
+    assert owners == sorted([f"user:{ann.pk}", f"user:{bob.pk}"])
 
 
 # -- the key header -------------------------------------------------------------------------------------------
@@ -755,7 +756,7 @@ def test_a_commit_that_fails_stores_nothing_and_leaves_the_key_free_and_the_conn
         )
     try:
 
-        @idempotent("tests.deferred")
+        @idempotent("tests.deferred", anonymous=True)
         def orphan(request: Any) -> Any:
             with connection.cursor() as cursor:
                 cursor.execute("INSERT INTO test_deferred_child VALUES (1)")  # checked at COMMIT
@@ -792,7 +793,7 @@ def test_a_record_past_its_ttl_is_taken_over_and_the_view_runs_again():
 
     runs: list[int] = []
 
-    @idempotent("tests.short", ttl=timedelta(seconds=1))  # the replay below must fall within it
+    @idempotent("tests.short", ttl=timedelta(seconds=1), anonymous=True)  # the replay below must fall within it
     def short(request: Any) -> Any:
         runs.append(1)
         return JsonResponse({"run": len(runs)}, status=201)
@@ -847,7 +848,7 @@ def test_maintenance_prunes_http_records_past_their_ttl_with_the_other_ledger_en
 
     from django_workhorse import prune_expired_effects
 
-    @idempotent("tests.pruned", ttl=timedelta(milliseconds=20))
+    @idempotent("tests.pruned", ttl=timedelta(milliseconds=20), anonymous=True)
     def view(request: Any) -> Any:
         return JsonResponse({}, status=201)
 
@@ -863,12 +864,12 @@ def test_a_view_nested_in_another_with_the_same_key_stores_neither():
 
     from django_workhorse.exceptions import KeyNotSettledError
 
-    @idempotent("tests.nested")
+    @idempotent("tests.nested", anonymous=True)
     def inner(request: Any) -> Any:
         Order.objects.create(product="inner", quantity=1, placement_token=uuid.uuid4())
         return JsonResponse({"inner": True}, status=201)
 
-    @idempotent("tests.nested")
+    @idempotent("tests.nested", anonymous=True)
     def outer(request: Any) -> Any:
         assert inner(request).status_code == 201  # the lock is this transaction's own: the inner view runs
         return JsonResponse({"outer": True}, status=201)
@@ -895,7 +896,7 @@ def test_a_keyed_view_makes_as_many_round_trips_as_the_view_alone():
         with transaction.atomic():
             return work(request)
 
-    keyed = idempotent("tests.trips")(work)
+    keyed = idempotent("tests.trips", anonymous=True)(work)
     for view, key in ((plain, None), (keyed, '"trips-warm"')):  # prepare every statement once
         view(keyed_request(key or '"unused"'))
     with protocol_trace() as plain_lines:
@@ -915,7 +916,7 @@ def test_a_keyed_views_on_commit_callbacks_run_once_after_its_record_commits():
 
     seen: list[int] = []
 
-    @idempotent("tests.hooks")
+    @idempotent("tests.hooks", anonymous=True)
     def view(request: Any) -> Any:
         def committed() -> None:
             with connect_directly() as other:

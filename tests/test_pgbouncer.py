@@ -327,7 +327,7 @@ def test_racing_producers_through_the_pooler_get_one_job(statement_mode):
 
 
 def pooled_view(gate: threading.Event | None = None, entered: threading.Event | None = None) -> Callable[..., Any]:
-    @idempotent("tests.pooled", using=POOLED)
+    @idempotent("tests.pooled", using=POOLED, anonymous=True)
     def view(request: Any) -> HttpResponse:
         if entered is not None:
             entered.set()

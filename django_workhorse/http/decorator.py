@@ -25,8 +25,15 @@ from django_workhorse import conf, sql
 from django_workhorse.conf import app_settings
 from django_workhorse.exceptions import IdempotencyKeyError, IdempotentViewError, KeyNotSettledError
 from django_workhorse.fingerprint import canonical_json
-from django_workhorse.http import fingerprints, responses
-from django_workhorse.http.keys import META_HEADER, RequestIdempotency, parse_key, resolve_owner
+from django_workhorse.http import fingerprints, placement, responses
+from django_workhorse.http.keys import (
+    ANONYMOUS_OWNER,
+    CREDENTIALS_HEADER,
+    META_HEADER,
+    RequestIdempotency,
+    parse_key,
+    resolve_owner,
+)
 from django_workhorse.models import EffectRecord
 from django_workhorse.sql.http_records import HttpRecord, RecordKey
 from django_workhorse.validation import check_duration, check_key_text
@@ -51,6 +58,7 @@ def idempotent(
     wait: timedelta | float = 0,
     methods: Iterable[str] = DEFAULT_METHODS,
     using: str | None = None,
+    anonymous: bool = False,
 ) -> Callable[[View], View]:
     """Make a view answer each ``Idempotency-Key`` (per ``scope`` and owner) once, for ``ttl``.
 
@@ -58,7 +66,9 @@ def idempotent(
     ``method_decorator``), a DRF ``@api_view`` function (below ``@api_view``) or a DRF view or
     viewset handler (``def create(self, request)``). Only ``methods`` (default POST and PATCH) are
     keyed; others run the view as is. ``owner(request) -> str`` says whose record it is (default:
-    the authenticated user, ``user:<pk>``; anonymous requests share one owner). A request with the
+    the authenticated user, ``user:<pk>``). Without ``owner``, a keyed request with no authenticated
+    user is refused (403), unless ``anonymous=True``: then such requests share one owner, so any
+    client that sends the key gets its response. A request with the
     key of a request still running waits up to ``wait`` (a ``timedelta`` or seconds, at most 60 s)
     for it, then gets its response, or a 409. Raise ``IdempotentViewError`` for an argument out of
     its bounds; see docs/http-idempotency.md for every response.
@@ -69,6 +79,10 @@ def idempotent(
         raise IdempotentViewError(field="required", bound="True or False", value=required)
     if owner is not None and not callable(owner):
         raise IdempotentViewError(field="owner", bound="a callable taking the request", value=type(owner).__name__)
+    if not isinstance(anonymous, bool):
+        raise IdempotentViewError(field="anonymous", bound="True or False", value=anonymous)
+    if anonymous and owner is not None:
+        raise IdempotentViewError(field="anonymous", bound="False when owner is given (owner says whose record it is)")
     waited = _wait(wait)
     keyed = _methods(methods)
     if using is not None and using not in list(connections):
@@ -79,11 +93,15 @@ def idempotent(
             raise IdempotentViewError(field="view", bound="a callable", value=type(view).__name__)
         if inspect.iscoroutinefunction(view):
             raise IdempotentViewError(field="view", bound="a synchronous view (async views are not supported)")
-        guard = _Guard(scope=scope, ttl=ttl, required=required, owner=owner, wait=waited, using=using)
+        placement.check_view(view)
+        guard = _Guard(
+            scope=scope, ttl=ttl, required=required, owner=owner, wait=waited, using=using, anonymous=anonymous
+        )
 
         @functools.wraps(view)
         def wrapped(*args: Any, **kwargs: Any) -> Any:
             request = _request_of(args)
+            placement.check_request(view, args, request)
             if request is None or request.method not in keyed:
                 if request is not None:
                     request.idempotency = None
@@ -105,6 +123,7 @@ class _Guard:
     owner: Callable[[Any], str] | None
     wait: float
     using: str | None
+    anonymous: bool
 
     def answer(self, request: Any, run_view: Callable[[], Any]) -> Any:
         header = request.META.get(META_HEADER)
@@ -122,6 +141,10 @@ class _Guard:
         except IdempotencyKeyError as exc:
             return responses.problem(400, "idempotency-key-malformed", exc.reason + ".")
         owner = resolve_owner(request, self.owner)
+        if owner == ANONYMOUS_OWNER and self.owner is None:
+            refused = self._refuse_anonymous(request)
+            if refused is not None:
+                return refused
         idempotency = RequestIdempotency(key=key, scope=self.scope, owner=owner)
         digest, digests = fingerprints.request_fingerprint(request)
         record_key = idempotency.record_key
@@ -132,6 +155,30 @@ class _Guard:
                 request.idempotency = idempotency
                 return self._run(request, alias, record_key, record.id, digest, digests, run_view)
         return self._answer_seen(record, idempotency, digest, digests)
+
+    def _refuse_anonymous(self, request: Any) -> Any:
+        """The 403 for a keyed request without an authenticated user, or None when it may share the
+        anonymous owner (the view opted in, and the request carries no credentials)."""
+        if CREDENTIALS_HEADER in request.META:
+            # Credentials no authentication accepted here: most often authentication runs after the
+            # decorator. Never answered from (or stored as) the record every anonymous client shares.
+            logger.warning(
+                "@idempotent(%r) refused a request with an Authorization header but no authenticated user: "
+                "put the decorator where authentication has run (see docs/http-idempotency.md)",
+                self.scope,
+            )
+            return responses.problem(
+                403,
+                "idempotency-owner-unauthenticated",
+                "This request carries credentials, but no authenticated user: its Idempotency-Key is not used.",
+            )
+        if not self.anonymous:
+            return responses.problem(
+                403,
+                "idempotency-owner-anonymous",
+                "This view keeps Idempotency-Keys per user, and this request has no authenticated user.",
+            )
+        return None
 
     def _claim(self, alias: str, key: RecordKey) -> HttpRecord:
         """Take the key's lock and read its record; while another request holds it, wait up to ``wait``."""

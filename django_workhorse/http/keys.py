@@ -16,6 +16,8 @@ from django_workhorse.types import Idempotency
 HEADER = "Idempotency-Key"
 META_HEADER = "HTTP_IDEMPOTENCY_KEY"
 ANONYMOUS_OWNER = "anonymous"
+# A request that carries this is never keyed as the anonymous owner (its credentials were not accepted).
+CREDENTIALS_HEADER = "HTTP_AUTHORIZATION"
 # RFC 8941 sf-string: printable ASCII in double quotes, with \" and \\ the only escapes.
 _SF_STRING = re.compile(r'"((?:[\x20\x21\x23-\x5b\x5d-\x7e]|\\["\\])*)"')
 # A bare token, as clients that skip the quotes send: visible ASCII without quotes, commas or semicolons.

@@ -43,7 +43,7 @@ def _order_request(request: HttpRequest) -> tuple[dict[str, Any] | None, JsonRes
 
 @csrf_exempt  # an API for clients that send no CSRF token; the key is what makes a retry safe
 @require_POST
-@idempotent("shop-api-orders")
+@idempotent("shop-api-orders", anonymous=True)
 def api_orders(request: HttpRequest) -> JsonResponse:
     """Place an order and enqueue its confirmation, once per client request.
 
@@ -72,7 +72,7 @@ def api_orders(request: HttpRequest) -> JsonResponse:
 
 @csrf_exempt
 @require_POST
-@idempotent("shop-api-captures")
+@idempotent("shop-api-captures", anonymous=True)
 def api_capture_invoice(request: HttpRequest, invoice_id: int) -> JsonResponse:
     """Start the capture of an invoice: 202 with its job. The capture itself is once per invoice
     whatever the client sends (the job's key is the invoice's); the client's key makes the answer
