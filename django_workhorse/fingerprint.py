@@ -1,7 +1,7 @@
 """Pure functions: key hashing, display previews, canonical JSON and request fingerprints.
 
-Raw keys never leave this module: callers keep the SHA-256 of ``scope + "\\x1f" + key``, a bounded
-preview and a 12-hex digest.
+Raw keys never leave this module: callers keep the SHA-256 of ``scope + "\\x1f" + key`` (an HTTP
+record: of its kind, scope, owner and key, framed), a bounded preview and a 12-hex digest.
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ from django.core.serializers.json import DjangoJSONEncoder
 # One encoder instance: building it per call costs more than encoding a small value.
 _CANONICAL = DjangoJSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 KEY_HASH_SEPARATOR = "\x1f"
+# The first bytes of an HTTP record's hashed form: 0xFF (in no UTF-8 text), its kind, a NUL.
+HTTP_KEY_DOMAIN = b"\xffhttp\x00"
 DIGEST_HEX_CHARS = 12
 FIELD_DIGEST_HEX_CHARS = 16
 PREVIEW_MASK = "•"
@@ -31,12 +33,20 @@ def key_hash(scope: str, key: str) -> bytes:
 
 
 def http_key_hash(scope: str, owner: str, key: str) -> bytes:
-    """Return the stored form of an HTTP ``Idempotency-Key``: ``key_hash`` over the owner and the key.
+    """Return the stored form of an HTTP ``Idempotency-Key``: SHA-256 over its kind, scope, owner and key.
 
-    The owner is length-prefixed, so no owner and key pair reads as another; the ``http`` marker
-    keeps these hashes apart from ``once()`` keys of the same scope.
+    HTTP records share the effect ledger's table (and its ``(scope, key_hash)`` constraint) with
+    ``once()`` effects, so the two kinds must never hash alike. ``key_hash`` hashes UTF-8 text,
+    which never holds the byte 0xFF; these bytes start with it, then name the kind and carry each
+    part with its length (``_framed``): no ``once()`` key, and no other scope, owner and key, gives
+    the same bytes.
     """
-    return key_hash(scope, f"http{KEY_HASH_SEPARATOR}{len(owner)}:{owner}{KEY_HASH_SEPARATOR}{key}")
+    return hashlib.sha256(HTTP_KEY_DOMAIN + _framed(scope, owner, key)).digest()
+
+
+def _framed(*parts: str) -> bytes:
+    """Each part as its UTF-8 length (4 bytes, big-endian) and bytes: no two lists read alike."""
+    return b"".join(len(encoded).to_bytes(4, "big") + encoded for encoded in (part.encode() for part in parts))
 
 
 def derived_http_key(hashed: bytes, step: str) -> str:

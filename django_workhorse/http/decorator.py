@@ -146,7 +146,10 @@ class _Guard:
             if refused is not None:
                 return refused
         idempotency = RequestIdempotency(key=key, scope=self.scope, owner=owner)
-        digest, digests = fingerprints.request_fingerprint(request)
+        try:
+            digest, digests = fingerprints.request_fingerprint(request)
+        except fingerprints.BodyRefused as refused:
+            return responses.problem(refused.status, refused.code, refused.detail)
         record_key = idempotency.record_key
         alias = self.using or router.db_for_write(EffectRecord)
         with transaction.atomic(using=alias):

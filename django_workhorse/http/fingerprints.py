@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import zlib
 from typing import Any
 from urllib.parse import parse_qsl
 
+from django.conf import settings
 from django.http.request import RawPostDataException
 
 from django_workhorse.exceptions import IdempotentViewError
@@ -19,10 +21,28 @@ from django_workhorse.fingerprint import FIELD_DIGEST_HEX_CHARS, canonical_json,
 PARTS = ("method", "route", "arguments", "query", "content_type", "body")
 FORM = "application/x-www-form-urlencoded"
 MULTIPART = "multipart/form-data"
+# Content-Encoding values decoded before the body is fingerprinted, and zlib's window for each.
+DECODED_ENCODINGS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
+# The most a decoded body may hold when DATA_UPLOAD_MAX_MEMORY_SIZE is None (no limit of Django's).
+MAX_DECODED_BODY_BYTES = 16 * 1024 * 1024
+
+
+class BodyRefused(Exception):  # noqa: N818 - an answer, not a failure
+    """A body that cannot be fingerprinted as the request it is: answered with a 4xx problem."""
+
+    def __init__(self, status: int, code: str, detail: str) -> None:
+        super().__init__(detail)
+        self.status, self.code, self.detail = status, code, detail
 
 
 def request_fingerprint(request: Any) -> tuple[bytes, dict[str, str]]:
-    """Return the request's digest and a digest per part (``PARTS``); the body is read, never kept."""
+    """Return the request's digest and a digest per part (``PARTS``); the body is read, never kept.
+
+    A body with ``Content-Encoding: gzip`` or ``deflate`` is fingerprinted decoded, so a retry that
+    compresses it again (differently) is the same request. Raise ``BodyRefused`` for a JSON body
+    with a key twice in one object (its meaning depends on the parser), or one that decodes to
+    more than ``DATA_UPLOAD_MAX_MEMORY_SIZE`` bytes.
+    """
     match = getattr(request, "resolver_match", None)
     content_type = _media_type(request.META.get("CONTENT_TYPE", ""))
     texts = {
@@ -38,7 +58,12 @@ def request_fingerprint(request: Any) -> tuple[bytes, dict[str, str]]:
         "content_type": content_type,
     }
     digests = {name: field_digest(text) for name, text in texts.items()}
-    digests["body"] = _form_digest(request) if content_type == MULTIPART else _body_digest(_body(request), content_type)
+    if content_type == MULTIPART:
+        digests["body"] = _form_digest(request)
+    else:
+        digests["body"] = _body_digest(
+            _decoded(_body(request), request.META.get("HTTP_CONTENT_ENCODING", "")), content_type
+        )
     return request_digest(digests), digests
 
 
@@ -82,7 +107,13 @@ def _body_digest(body: bytes, content_type: str) -> str:
     fields; anything else, or a body that does not parse as its type says, by its bytes."""
     if content_type == "application/json" or content_type.endswith("+json"):
         try:
-            return field_digest(canonical_json(json.loads(body)))
+            return field_digest(canonical_json(json.loads(body, object_pairs_hook=_unique_keys)))
+        except _DuplicateKey as exc:
+            raise BodyRefused(
+                400,
+                "idempotency-body-duplicate-keys",
+                f"The JSON body has the key {exc.key!r} twice in one object; send each key once.",
+            ) from None
         except (ValueError, TypeError, RecursionError):
             pass
     elif content_type == FORM:
@@ -93,3 +124,47 @@ def _body_digest(body: bytes, content_type: str) -> str:
         else:
             return field_digest(canonical_json(sorted(pairs)))
     return hashlib.sha256(body).hexdigest()[:FIELD_DIGEST_HEX_CHARS]
+
+
+class _DuplicateKey(Exception):  # noqa: N818
+    def __init__(self, key: str) -> None:
+        self.key = key[:64]
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    found = dict(pairs)
+    if len(found) != len(pairs):
+        seen: set[str] = set()
+        for name, _ in pairs:
+            if name in seen:
+                raise _DuplicateKey(name)
+            seen.add(name)
+    return found
+
+
+def _decoded(body: bytes, encoding_header: str) -> bytes:
+    """The body with its ``Content-Encoding`` undone (last applied, first undone), at most the
+    configured size; as sent when an encoding is unknown or its bytes do not decode."""
+    codings = [coding.strip().lower() for coding in encoding_header.split(",") if coding.strip()]
+    if not codings or any(coding not in DECODED_ENCODINGS and coding != "identity" for coding in codings):
+        return body
+    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE or MAX_DECODED_BODY_BYTES
+    decoded = body
+    for coding in reversed(codings):
+        if coding == "identity":
+            continue
+        inflater = zlib.decompressobj(DECODED_ENCODINGS[coding])
+        try:
+            out = inflater.decompress(decoded, limit + 1)
+        except zlib.error:
+            return body
+        if len(out) > limit or inflater.unconsumed_tail:
+            raise BodyRefused(
+                413,
+                "idempotency-body-too-large",
+                f"The request body decodes to more than {limit} bytes.",
+            )
+        if not inflater.eof:
+            return body  # truncated: not the encoding it claims
+        decoded = out
+    return decoded
