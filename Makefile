@@ -1,5 +1,5 @@
 # Everything goes through scripts/dev; see its header for the environment it reads.
-.PHONY: run test lint
+.PHONY: run test lint docs
 
 run:
 	bash scripts/dev run
@@ -9,3 +9,6 @@ test:
 
 lint:
 	bash scripts/dev lint
+
+docs:
+	bash scripts/dev docs
