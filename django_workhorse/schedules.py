@@ -4,12 +4,13 @@ No database here: evaluation (the state of each schedule, the enqueue of its due
 these functions. Every host computes the same instants from the same definition:
 
 - ``every`` ticks are the multiples of ``every`` since the Unix epoch (UTC);
-- ``cron`` ticks are evaluated in the schedule's zone (``zoneinfo``) by ``cronsim``, with Debian
-  cron's DST rule for fixed-time schedules: a local time skipped by a spring-forward runs once,
-  right at the change (``30 2 * * *`` in New York on 2026-03-08 runs at 03:00 EDT); a repeated
-  local hour (fall back) runs a fixed-time schedule once, at the first occurrence. Hourly (and
-  more frequent) schedules follow real time: every real hour runs, and wall times that do not exist
-  do not run.
+- ``cron`` ticks are the instants whose wall time in the schedule's zone (an IANA key, see
+  ``check_timezone``) matches the expression, which ``cronsim`` reads. Across a change of UTC
+  offset, Debian cron's rule: a schedule with seconds, or whose minute or hour field starts with
+  ``*``, follows real time (a repeated wall time runs twice, a skipped one not at all); any other
+  runs a repeated wall time once, at its first occurrence, and a skipped one once, right at the
+  change (``30 2 * * *`` in New York on 2026-03-08 runs at 03:00 EDT). Ticks reach the last
+  storable instant (9999-12-31 UTC) in every zone.
 
 A tick is enqueued idempotently under ``tick_key(name, tick)`` in ``TICK_KEY_SCOPE``, so any number
 of evaluators make one job per tick.
@@ -18,13 +19,15 @@ of evaluators make one job per tick.
 from __future__ import annotations
 
 import hashlib
+import heapq
 import json
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
+from functools import cache
 from typing import Any, Literal
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo, available_timezones
 
 from cronsim import CronSim, CronSimError
 
@@ -36,6 +39,12 @@ CatchUp = Literal["latest", "all", "skip"]
 Overlap = Literal["allow", "skip"]
 CATCH_UP_POLICIES: tuple[str, ...] = ("latest", "all", "skip")
 OVERLAP_POLICIES: tuple[str, ...] = ("allow", "skip")
+TIMEZONE_BOUND = (
+    "an IANA time zone key such as 'Europe/Paris' or 'UTC' (not localtime, Factory, posixrules, posix/… or right/…)"
+)
+# zoneinfo loads these too, but they are not IANA zones, or not the same zone on every host.
+_NOT_IANA_KEYS = frozenset({"localtime", "Factory", "posixrules"})
+_NOT_IANA_PREFIXES = ("posix/", "right/")
 
 # catch_up="skip" still runs the newest tick if it is at most this old.
 SKIP_GRACE = timedelta(seconds=60)
@@ -51,9 +60,19 @@ MAX_HORIZON = conf.MAX_KEY_TTL - TICK_KEY_MARGIN
 # every host.
 _PERIOD_SAMPLE = 30
 _PERIOD_FROM = datetime(2000, 1, 1, tzinfo=timezone.utc)
-# DST changes move local time by less than this; starting cron evaluation this long before a window
-# means it never starts inside a repeated hour that the window depends on.
-_CRON_LEAD = timedelta(hours=3)
+# A change of UTC offset skips at most this many minutes of wall time (Samoa skipped a day in 2011).
+_MAX_GAP_MINUTES = 2 * 24 * 60
+# Cron fields match wall times, which datetime must represent: ticks of the first and the last
+# millennium are computed one Gregorian cycle (400 years: the same dates and weekdays) nearer, where
+# every zone's offsets are those of the same rules (before any change, or past the explicit ones).
+# Frames: (first instant, last instant, shift).
+_CYCLE = timedelta(days=146_097)
+_MICROSECOND = timedelta(microseconds=1)
+_FRAMES = (
+    (conf.MIN_STORED_DATETIME, datetime(1000, 1, 1, tzinfo=timezone.utc) - _MICROSECOND, _CYCLE),
+    (datetime(1000, 1, 1, tzinfo=timezone.utc), datetime(9000, 1, 1, tzinfo=timezone.utc) - _MICROSECOND, timedelta(0)),
+    (datetime(9000, 1, 1, tzinfo=timezone.utc), conf.MAX_STORED_DATETIME, -_CYCLE),
+)
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _UTC = timezone.utc
 
@@ -97,7 +116,7 @@ def _check_definition(schedule: Schedule) -> None:
         raise _fail("cron/every", "exactly one of cron and every")
     if schedule.every is not None:
         _check_every(schedule.every)
-    _check_timezone(schedule.timezone)
+    check_timezone(schedule.timezone)
     if schedule.cron is not None:
         _check_cron(schedule.cron)
     if schedule.catch_up not in CATCH_UP_POLICIES:
@@ -127,17 +146,36 @@ def _check_definition(schedule: Schedule) -> None:
 def _check_every(every: Any) -> None:
     low, high = conf.MIN_SCHEDULE_EVERY, conf.MAX_SCHEDULE_EVERY
     if not isinstance(every, timedelta) or not low <= every <= high:
-        raise _fail("every", f"a timedelta in {low}..{high}", every)
+        raise _fail("every", f"a timedelta between {_spoken(low)} and {_spoken(high)}", every)
 
 
-def _check_timezone(name: Any) -> None:
-    bound = "an IANA time zone key (zoneinfo)"
-    if not isinstance(name, str) or not name or "\x00" in name:
-        raise _fail("timezone", bound, name)
-    try:
-        ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
-        raise _fail("timezone", bound, name) from None
+def _spoken(delta: timedelta) -> str:
+    """Return a whole number of days, hours, minutes or seconds as words: ``365 days``."""
+    for unit, size in (("day", 86_400), ("hour", 3_600), ("minute", 60), ("second", 1)):
+        count, rest = divmod(delta, timedelta(seconds=size))
+        if not rest:
+            return f"{count} {unit}{'' if count == 1 else 's'}"
+    return str(delta)
+
+
+def check_timezone(name: Any) -> str:
+    """Check a schedule's time zone: an IANA key ``zoneinfo`` knows; return it unchanged.
+
+    ``zoneinfo`` also loads names that are not IANA zones or not the same zone on every host
+    (``localtime``, ``Factory``, ``posixrules``, ``posix/…``, ``right/…`` with leap seconds), and
+    on some file systems other spellings of a key: those are refused, so every host computes the
+    same ticks.
+    """
+    if not isinstance(name, str) or name not in _iana_keys():
+        raise _fail("timezone", TIMEZONE_BOUND, name)
+    return name
+
+
+@cache
+def _iana_keys() -> frozenset[str]:
+    return frozenset(
+        key for key in available_timezones() if key not in _NOT_IANA_KEYS and not key.startswith(_NOT_IANA_PREFIXES)
+    )
 
 
 def _check_cron(expression: Any) -> None:
@@ -195,31 +233,16 @@ def _every_ticks(every: timedelta, after: datetime, until: datetime, limit: int,
     return [_EPOCH + timedelta(microseconds=k * step) for k in range(start, last + 1)]
 
 
-def _cron_start(zone: ZoneInfo, after: datetime) -> datetime:
-    # cronsim started inside a repeated hour may return a time before its start (the first
-    # occurrence) and miss the ticks of the second: near an offset change, start well before the
-    # window and keep only later ticks. Elsewhere start at the window, so a schedule with seconds
-    # does not walk three hours of ticks.
-    if zone.utcoffset(after - _CRON_LEAD) != zone.utcoffset(after + _CRON_LEAD):
-        return (after - _CRON_LEAD).astimezone(zone)
-    return after.astimezone(zone)
-
-
 def _cron_ticks(
     expression: str, zone: ZoneInfo, after: datetime, until: datetime, limit: int, oldest: bool
 ) -> list[datetime]:
     found: deque[datetime] = deque(maxlen=limit)
-    try:
-        for local in CronSim(expression, _cron_start(zone, after)):
-            tick = local.astimezone(_UTC)
-            if tick > until:
-                break
-            if tick > after and (not found or tick > found[-1]):
-                found.append(tick)
-                if oldest and len(found) == limit:
-                    break
-    except (OverflowError, ValueError):  # past year 9999
-        pass
+    for tick in _cron_instants(expression, zone, after):
+        if tick > until:
+            break
+        found.append(tick)
+        if oldest and len(found) == limit:
+            break
     return list(found)
 
 
@@ -235,14 +258,78 @@ def next_tick(schedule: Schedule, after: datetime) -> datetime | None:
             return None
         return tick if tick <= conf.MAX_STORED_DATETIME else None
     assert schedule.cron is not None
-    try:
-        for local in CronSim(schedule.cron, _cron_start(schedule.zone, after)):
-            tick = local.astimezone(_UTC)
-            if tick > after:
-                return tick
-    except (OverflowError, ValueError):  # past year 9999
-        return None
-    return None
+    return next(_cron_instants(schedule.cron, schedule.zone, after), None)
+
+
+def _follows_real_time(expression: str) -> bool:
+    """Whether a cron expression runs at every real instant its wall time matches, across DST.
+
+    Debian cron's rule: an expression with seconds, or whose minute or hour field starts with ``*``
+    (``*``, ``*/15``), is hourly or more frequent; any other is a fixed-time schedule.
+    """
+    fields = expression.split()
+    return len(fields) == 6 or fields[0].startswith("*") or fields[1].startswith("*")
+
+
+def _cron_instants(expression: str, zone: ZoneInfo, after: datetime) -> Iterator[datetime]:
+    """Yield the cron ticks after ``after``, in order, up to the last storable instant."""
+    real_time = _follows_real_time(expression)
+    for first, last, shift in _FRAMES:
+        if after >= last:
+            continue
+        lower = after if after >= first else first - _MICROSECOND
+        for tick in _wall_ticks(expression, zone, lower + shift, real_time):
+            if tick > last + shift:
+                break
+            yield tick - shift
+
+
+def _wall_ticks(expression: str, zone: ZoneInfo, after: datetime, real_time: bool) -> Iterator[datetime]:
+    # cronsim walks naive wall times; each matching one becomes its instants. The first instants of
+    # successive wall times are in order, but a repeated wall time's second occurrence comes after
+    # the first occurrences of the later repeated ones: it waits in `later` until they are out.
+    later: list[datetime] = []
+    last = after
+    for wall in CronSim(expression, _first_wall(zone, after)):
+        found = _occurrences(zone, wall) if real_time else _first_occurrence(zone, wall)
+        if not found:
+            continue
+        while later and later[0] < found[0]:
+            if (tick := heapq.heappop(later)) > last:
+                yield (last := tick)
+        if found[0] > last:
+            yield (last := found[0])
+        for second in found[1:]:
+            heapq.heappush(later, second)
+    yield from (tick for tick in sorted(later) if tick > last)
+
+
+def _first_wall(zone: ZoneInfo, after: datetime) -> datetime:
+    """Return the wall time to start cronsim at: ``after``'s, less the repeat when ``after`` is in the
+    first occurrence of a repeated hour (the second occurrence's ticks come after it)."""
+    wall = after.astimezone(zone).replace(tzinfo=None, fold=0)
+    repeat = _instant(zone, wall, fold=1) - _instant(zone, wall, fold=0)
+    return wall - max(repeat, timedelta(0))
+
+
+def _instant(zone: ZoneInfo, wall: datetime, *, fold: int) -> datetime:
+    return wall.replace(tzinfo=zone, fold=fold).astimezone(_UTC)
+
+
+def _occurrences(zone: ZoneInfo, wall: datetime) -> list[datetime]:
+    """Return the instants whose wall time in ``zone`` is ``wall``: none, one, or two (repeated)."""
+    candidates = sorted({_instant(zone, wall, fold=0), _instant(zone, wall, fold=1)})
+    return [t for t in candidates if t.astimezone(zone).replace(tzinfo=None) == wall]
+
+
+def _first_occurrence(zone: ZoneInfo, wall: datetime) -> list[datetime]:
+    """Return a fixed-time tick's instant: the first occurrence of ``wall``, or if a change skips it
+    the first minute after the change (Debian cron, and cronsim's fixed-time rule)."""
+    for minutes in range(_MAX_GAP_MINUTES):
+        found = _occurrences(zone, wall + timedelta(minutes=minutes))
+        if found:
+            return found[:1]
+    return []
 
 
 def definition(schedule: Schedule, task: str) -> dict[str, Any]:
