@@ -1,4 +1,5 @@
-"""System checks: PostgreSQL only, settings within their bounds, and valid schedules.
+"""System checks: PostgreSQL only, settings within their bounds, valid schedules, and prepared
+statements only where the connection keeps them.
 
 Settings are read through ``conf.app_settings``, so a check sees the same value, default included,
 as the code that uses it.
@@ -6,16 +7,22 @@ as the code that uses it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from datetime import timedelta
 from typing import Any
 
 from django.apps import AppConfig
-from django.core.checks import CheckMessage, Error, Tags, register
+from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.db import connections
 
-from django_workhorse import conf
+from django_workhorse import conf, sql
 from django_workhorse.conf import app_settings
+
+# Set while the commands that evaluate or show the schedules run the checks (see
+# schedule_problems_reported_elsewhere).
+_schedules_reported_elsewhere: ContextVar[bool] = ContextVar("workhorse_schedules_reported_elsewhere", default=False)
 
 
 @register(Tags.database)
@@ -184,17 +191,63 @@ def check_schedules(app_configs: Sequence[AppConfig] | None = None, **kwargs: An
     """Every declared schedule must be valid, each error naming it (workhorse.E203-E208).
 
     E203 an invalid cron expression, E204 an unknown time zone, E205 an unknown task, E206 a
-    duplicate name, E207 another value out of bounds, E208 arguments that do not fit the task.
+    duplicate name, E207 another value out of bounds, E208 arguments that do not fit the task: the
+    schedules an evaluation leaves out. Nothing within ``schedule_problems_reported_elsewhere()``.
     """
-    from django_workhorse.schedule_sources import ARGUMENTS_DO_NOT_FIT, check_arguments, declared_schedules
+    if _schedules_reported_elsewhere.get():
+        return []
+    from django_workhorse.scheduler import left_out_schedules
 
-    declared, problems = declared_schedules()
-    errors: list[CheckMessage] = [
-        Error(f"Schedule {p.name!r} ({p.origin}): {p.message}.", id=p.check_id) for p in problems
-    ]
-    for schedule in declared:
-        why = check_arguments(schedule)
-        if why is not None:
-            message = f"Schedule {schedule.name!r} ({schedule.origin}): its arguments do not fit task {schedule.task!r}"
-            errors.append(Error(f"{message}: {why}.", id=ARGUMENTS_DO_NOT_FIT))
-    return errors
+    return [Error(f"Schedule {p.name!r} ({p.origin}): {p.message}.", id=p.check_id) for p in left_out_schedules()]
+
+
+@contextmanager
+def schedule_problems_reported_elsewhere() -> Iterator[None]:
+    """Leave the schedules' errors out of the checks run within the block.
+
+    For ``workhorse_worker``, ``workhorse_scheduler`` and ``workhorse_status``: one bad schedule
+    must not stop every queue. They leave it out and report it instead (logged at ERROR, the
+    ``workhorse_schedules_left_out`` gauge, ``workhorse_status``); ``manage.py check`` and every
+    other command still fail on it.
+    """
+    token = _schedules_reported_elsewhere.set(True)
+    try:
+        yield
+    finally:
+        _schedules_reported_elsewhere.reset(token)
+
+
+@register(Tags.database)
+def check_prepared_statements(
+    app_configs: Sequence[AppConfig] | None = None, databases: Sequence[str] | None = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """With WORKHORSE_PREPARED_STATEMENTS on, warn of each alias reached through a connection pooler
+    that forwards prepared statements as they are (workhorse.W001): PgBouncer before 1.21, or 1.21+
+    without ``max_prepared_statements``. Runs where Django runs database checks
+    (``check --database``, ``migrate``, ``workhorse_worker``, ``workhorse_scheduler``).
+
+    It asks the connection itself, as the statements would meet it: a pooler answers the client's
+    startup with a cancel key of its own, so the process id it reports is not the server's
+    ``pg_backend_pid()`` (PostgreSQL, and a TCP proxy, report the real one); and PgBouncer 1.21+,
+    when it keeps prepared statements, renames them on the server (``PGBOUNCER_<n>``), where one
+    forwarded as it is keeps the client's name. Its limits: PgBouncer in session mode keeps
+    prepared statements yet looks like a forwarding pooler (silence workhorse.W001 there); a pooler
+    that keeps them without renaming them is warned of too; an alias it cannot reach is not checked.
+    """
+    if app_settings.PREPARED_STATEMENTS is not True:
+        return []
+    warnings: list[CheckMessage] = []
+    for alias in databases or []:
+        if connections[alias].vendor == "postgresql" and sql.poolers.forwards_prepared_statements(alias):
+            warnings.append(
+                Warning(
+                    f"Database {alias!r} is reached through a connection pooler that does not keep prepared "
+                    "statements, and WORKHORSE_PREPARED_STATEMENTS is on: statements will fail with "
+                    "'prepared statement \"_pg3_0\" already exists' or '... does not exist'.",
+                    hint="Set WORKHORSE_PREPARED_STATEMENTS = False, or run PgBouncer 1.21+ with "
+                    "max_prepared_statements > 0 in transaction mode. Behind PgBouncer in session mode, "
+                    "silence workhorse.W001.",
+                    id="workhorse.W001",
+                )
+            )
+    return warnings

@@ -178,6 +178,18 @@ class WorkhorseSettings:
     EAGER_PROPAGATES = Setting(
         True, "In eager mode, re-raise a handler's exception after recording it on the job.", convert=bool
     )
+    ALLOW_FUTURE_NOW = Setting(
+        False,
+        "Let enqueue_due_schedules() and the schedule actions take a now= further ahead of the database's clock "
+        "than FUTURE_NOW_TOLERANCE (for tests that move time forward); off, such a now= is refused.",
+        convert=bool,
+    )
+    TASK_MODULES: Setting[tuple[str, ...]] = Setting(
+        (),
+        "Modules outside the installed apps (dotted paths, each with its submodules) that a worker may import "
+        "to find the django.tasks task a job type names; an installed app's modules always may.",
+        convert=lambda value: (value,) if isinstance(value, str) else tuple(value or ()),
+    )
 
 
 app_settings = WorkhorseSettings()

@@ -25,7 +25,7 @@ from django_workhorse.models import Job
 from django_workhorse.prepared import PreparedJob
 from django_workhorse.types import EnqueueOptions, EnqueueOutcome, EnqueueRequest, EnqueueResult, JobId, KeyMode
 from django_workhorse.types import NonReplaceableReason as Reason
-from django_workhorse.validation import CheckedOptions, check_options, prepare, resolve_options
+from django_workhorse.validation import CheckedOptions, check_caller_scope, check_options, prepare, resolve_options
 
 logger = logging.getLogger(__name__)
 # A key can change hands between our statements (expired and taken over, pruned, purged); each
@@ -69,7 +69,7 @@ def enqueue_with_result(
     mode runs it: the django.tasks backend sends ``task_enqueued`` there, as before a worker's run.
     """
     try:
-        request = prepare(job_type, payload, resolve_options(options, option_kwargs))
+        request = prepare(job_type, payload, check_caller_scope(resolve_options(options, option_kwargs)))
     except EnqueueValidationError:
         instruments.enqueue_refused("invalid", None)
         raise
@@ -128,7 +128,7 @@ def _prepare_entry(ordinal: int, entry: Any, checked: dict[Any, CheckedOptions],
             field="requests", bound="EnqueueRequest values", value=type(entry).__name__, ordinal=ordinal
         )
     try:
-        options = resolve_options(entry.options, {})
+        options = check_caller_scope(resolve_options(entry.options, {}))
         done = checked.get(id(options))
         if done is None:
             checked[id(options)] = done = _check_options_once(options, checked)

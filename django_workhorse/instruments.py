@@ -2,13 +2,13 @@
 
 Enqueue and the worker call these at the points where an outcome is known. Without
 prometheus-client (``django-workhorse[metrics]``) each is a function that does nothing, so the
-extra costs nothing when absent. Labels stay bounded: queue, keyed mode, outcome, status.
+extra costs nothing when absent. Labels stay bounded: queue, keyed mode, outcome, status, check id.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING
 
@@ -86,6 +86,12 @@ def schedule_ticked(schedule: str, outcome: str) -> None:
     """Count a tick of ``schedule``: ``accepted``, ``replayed`` (another worker enqueued it) or ``skipped``."""
     if _metrics is not None:
         _metrics.schedule_ticked(schedule, outcome)
+
+
+def schedules_left_out(counts: Mapping[str, int]) -> None:
+    """Set how many declared schedules this process's evaluation leaves out, by check id (every id, 0 included)."""
+    if _metrics is not None:
+        _metrics.schedules_left_out(counts)
 
 
 def keyed_counts() -> dict[tuple[str, str], float] | None:

@@ -1,4 +1,5 @@
-"""The fields a log record about one job carries as ``extra``, for JSON log formatters.
+"""The fields a log record about one job carries as ``extra``, for JSON log formatters, and how a
+record names many jobs (``job_ids``: the first few and a count).
 
 Every worker and enqueue record about a job has ``job_id``, ``job_type``, ``queue`` and
 ``attempt`` (0 for an enqueue) as attributes of the ``LogRecord``, besides its message.
@@ -20,3 +21,16 @@ def job_fields(job: ClaimedJob) -> dict[str, Any]:
 def enqueued_fields(job_id: int, job_type: str, queue: str) -> dict[str, Any]:
     """The ``extra`` of a record about an enqueue (no attempt has run: 0)."""
     return {"job_id": job_id, "job_type": job_type, "queue": queue, "attempt": 0}
+
+
+# How many new jobs' ids an evaluation's line names; the rest are counted.
+SHOWN_JOB_IDS = 10
+
+
+def job_ids(ids: list[int]) -> str:
+    """Return ": 1, 2, 3" for a few job ids, ": 1, 2, ..., 10 and 1,491 more" for many ("" for none)."""
+    if not ids:
+        return ""
+    shown = ", ".join(map(str, ids[:SHOWN_JOB_IDS]))
+    rest = len(ids) - SHOWN_JOB_IDS
+    return f": {shown}" if rest <= 0 else f": {shown} and {rest:,} more"

@@ -20,7 +20,8 @@ from django_workhorse.actions import check_requested_by
 from django_workhorse.enqueue_api import enqueue_prepared
 from django_workhorse.exceptions import InvalidArgumentError, ScheduleDefinitionError, ScheduleNotFoundError
 from django_workhorse.models import ScheduleEvent, ScheduleEventKind, ScheduleState
-from django_workhorse.schedule_sources import DeclaredSchedule, declared_schedules
+from django_workhorse.schedule_sources import DeclaredSchedule, check_arguments, declared_schedules
+from django_workhorse.scheduler import FUTURE_NOW_TOLERANCE, check_now
 from django_workhorse.schedules import TICK_KEY_SCOPE, check_schedule_name
 from django_workhorse.storable import check_datetime, check_text
 from django_workhorse.types import EnqueueOutcome, EnqueueResult, Idempotency
@@ -41,7 +42,8 @@ def pause_schedules(
     A paused schedule makes no ticks, and never catches up the ticks of the time it was paused (see
     :func:`resume_schedules`); it can still be run now. Names with no stored schedule (unknown, or
     not evaluated yet) are left out. ``now`` (the events' time) defaults to the database's clock.
-    Raise ``InvalidArgumentError`` for a bad argument.
+    Raise ``InvalidArgumentError`` for a bad argument, ``now`` included: more than
+    ``FUTURE_NOW_TOLERANCE`` ahead of the database's clock (see ``enqueue_due_schedules``).
     """
     return _set_paused(names, paused=True, requested_by=requested_by, now=now, using=using)
 
@@ -49,12 +51,16 @@ def pause_schedules(
 def resume_schedules(
     names: Sequence[str], *, requested_by: str = "", now: datetime | None = None, using: str | None = None
 ) -> list[str]:
-    """Resume the named paused schedules; return the names resumed, in name order.
+    """Resume the named paused schedules, and repair the named ones whose window lies ahead of the
+    clock; return the names resumed or repaired, in name order.
 
     Each one's window starts again at ``now`` (the database's clock by default; pass the ``now`` you
     give ``enqueue_due_schedules``, if you give it one): the ticks of the paused time are not caught
-    up, the first tick after ``now`` is. Names with no stored schedule are left out. Raise
-    ``InvalidArgumentError`` for a bad argument.
+    up, the first tick after ``now`` is. A window more than ``FUTURE_NOW_TOLERANCE`` ahead of the
+    database's clock (an evaluation was given a ``now`` in the future, and no tick would come until
+    the clock caught up) is brought back to the clock, paused or not, and recorded as a resume. A
+    window is never moved back otherwise. Names with no stored schedule are left out. Raise
+    ``InvalidArgumentError`` for a bad argument, ``now`` included (as ``pause_schedules``).
     """
     return _set_paused(names, paused=False, requested_by=requested_by, now=now, using=using)
 
@@ -66,9 +72,39 @@ def _set_paused(
     by = check_requested_by(requested_by)
     if now is not None:
         check_datetime(now, "now")
-    changed = sql.actions.set_paused(_alias(using), checked, paused=paused, requested_by=by, now=now)
+    alias = _alias(using)
+    with transaction.atomic(using=alias):
+        clock = sql.actions.clock(alias)
+        if now is not None:
+            check_now(now, clock)
+        changed = sql.actions.set_paused(alias, checked, paused=paused, requested_by=by, now=now)
+        if not paused:
+            changed = sorted({*changed, *_repair_windows(alias, checked, max(now or clock, clock), by, changed)})
     logger.info("%s schedules names=%s requested_by=%s", "Paused" if paused else "Resumed", changed, by)
     return changed
+
+
+def _repair_windows(alias: str, names: list[str], at: datetime, requested_by: str, resumed: list[str]) -> list[str]:
+    """Bring back to ``at`` the windows of ``names`` that lie more than the tolerance ahead of it;
+    record a resume for those not just resumed. Return their names."""
+    ahead = (
+        ScheduleState.objects.using(alias)
+        .select_for_update(no_key=True)
+        .filter(name__in=names, evaluated_until__gt=at + FUTURE_NOW_TOLERANCE)
+        .order_by("name")  # the lock order of every statement that locks several schedules
+    )
+    repaired = {state.pk: state.name for state in ahead}
+    if not repaired:
+        return []
+    ScheduleState.objects.using(alias).filter(pk__in=repaired).update(evaluated_until=at, updated_at=at)
+    events = [
+        ScheduleEvent(schedule_id=pk, kind=ScheduleEventKind.RESUMED, at=at, requested_by=requested_by)
+        for pk, name in repaired.items()
+        if name not in resumed
+    ]
+    ScheduleEvent.objects.using(alias).bulk_create(events)
+    logger.warning("Schedule windows ahead of the clock brought back names=%s to=%s", sorted(repaired.values()), at)
+    return list(repaired.values())
 
 
 def run_schedule_now(name: str, *, request_id: str, requested_by: str = "", using: str | None = None) -> EnqueueResult:
@@ -82,12 +118,14 @@ def run_schedule_now(name: str, *, request_id: str, requested_by: str = "", usin
     days). The run is recorded as a ``ScheduleEvent`` and becomes the schedule's last job, so
     ``overlap="skip"`` waits for it. Paused schedules can be run now too (they stay paused).
     Raise ``ScheduleNotFoundError`` unless this process's code declares the schedule and it is
-    active, ``InvalidArgumentError`` for a bad argument.
+    active, ``ScheduleDefinitionError`` if its arguments do not fit its task (``workhorse.E208``),
+    ``InvalidArgumentError`` for a bad argument; each before anything is written.
     """
     name = _check_name(name, "name")
     check_text(request_id, "request_id", max_chars=conf.MAX_REQUEST_ID_CHARS)
     by = check_requested_by(requested_by)
     declared = _declared(name)
+    _check_fits(declared)
     alias = _alias(using)
     with transaction.atomic(using=alias):
         schedule_id, now = _lock(alias, declared)
@@ -160,6 +198,16 @@ def _declared(name: str) -> DeclaredSchedule:
         if schedule.name == name:
             return schedule
     raise ScheduleNotFoundError(name, "is not declared by this process's code")
+
+
+def _check_fits(declared: DeclaredSchedule) -> None:
+    why = check_arguments(declared)
+    if why is not None:
+        raise ScheduleDefinitionError(
+            field=f"the args/kwargs of schedule {declared.name!r}",
+            bound=f"arguments that fit task {declared.task!r} (workhorse.E208)",
+            value=why,
+        )
 
 
 def _check_name(value: Any, field: str) -> str:

@@ -7,21 +7,22 @@ schedule that is paused, inactive (removed from code) or not declared here has n
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import heapq
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from django.db import router
-from django.db.models import OuterRef, QuerySet, Subquery
+from django.db.models import Count, OuterRef, Q, QuerySet, Subquery
 from django.utils import timezone as django_timezone
 
 from django_workhorse import conf
 from django_workhorse.exceptions import ScheduleDefinitionError
 from django_workhorse.models import Job, ScheduleState
 from django_workhorse.schedule_sources import DeclaredSchedule, declared_schedules
-from django_workhorse.schedules import Schedule, describe, ticks
+from django_workhorse.schedules import Schedule, describe, next_tick, ticks
 
 # How many next ticks the list and the status show per schedule, and the dashboard in all.
 NEXT_TICKS = 5
@@ -69,6 +70,16 @@ class ScheduleOverview:
             "last_skip_at": _iso(self.last_skip_at),
             "last_skip_reason": self.last_skip_reason,
         }
+
+
+@dataclass(frozen=True)
+class ScheduleCounts:
+    """How many schedules are stored, and how many are active, paused and inactive."""
+
+    total: int
+    active: int
+    paused: int
+    inactive: int
 
 
 @dataclass(frozen=True)
@@ -143,17 +154,91 @@ def overview(
 def upcoming_ticks(
     *, using: str | None = None, now: datetime | None = None, limit: int = UPCOMING_TICKS
 ) -> list[UpcomingTick]:
-    """Return the next ``limit`` ticks across the active, unpaused schedules, soonest first."""
-    schedules = overview(using=using, now=now, count=limit)
-    found = sorted((tick, s.name, s.timezone) for s in schedules for tick in s.next_ticks)
-    return [UpcomingTick(name, tick, local_time(tick, zone)) for tick, name, zone in found[:limit]]
+    """Return the next ``limit`` ticks across the active, unpaused schedules, soonest first.
+
+    The work is one first tick per schedule timing declared here (remembered across calls until it
+    passes) and at most ``limit`` ticks more; only the names of the active, unpaused rows are read.
+    """
+    now = now or django_timezone.now()
+    alias = using or router.db_for_read(ScheduleState)
+    declared = declared_by_name()
+    names = ScheduleState.objects.using(alias).filter(active=True, paused=False).values_list("name", flat=True)
+    firsts = _FIRST_TICKS.after(now, [(name, declared[name].schedule) for name in names if name in declared])
+    return [
+        UpcomingTick(name, tick, local_time(tick, schedule.timezone)) for tick, name, schedule in _merge(firsts, limit)
+    ]
+
+
+def schedule_counts(*, using: str | None = None) -> ScheduleCounts:
+    """Count the stored schedules by state, in one query."""
+    alias = using or router.db_for_read(ScheduleState)
+    counts = ScheduleState.objects.using(alias).aggregate(
+        all_count=Count("pk"),
+        active_count=Count("pk", filter=Q(active=True, paused=False)),
+        paused_count=Count("pk", filter=Q(active=True, paused=True)),
+    )
+    total, active, paused = counts["all_count"], counts["active_count"], counts["paused_count"]
+    return ScheduleCounts(total=total, active=active, paused=paused, inactive=total - active - paused)
+
+
+_Timing = tuple[str | None, timedelta | None, str]
+_FirstTick = tuple[datetime, datetime | None]  # (computed after, the first tick then; None: none left)
+
+
+class _FirstTicks:
+    """Each schedule timing's first tick after an instant: still its first tick after any later
+    instant before that tick, so a dashboard refreshing every few seconds computes almost none."""
+
+    def __init__(self) -> None:
+        self._known: dict[_Timing, _FirstTick] = {}
+
+    def after(self, now: datetime, schedules: list[tuple[str, Schedule]]) -> list[tuple[datetime, str, Schedule]]:
+        """Return ``(first tick after now, name, schedule)`` for each schedule that has one."""
+        known: dict[_Timing, _FirstTick] = self._known
+        kept: dict[_Timing, _FirstTick] = {}
+        found = []
+        for name, schedule in schedules:
+            timing = (schedule.cron, schedule.every, schedule.timezone)
+            first = kept.get(timing) or known.get(timing)
+            if first is None or not _still_first(first, now):
+                first = (now, next_tick(schedule, now))
+            kept[timing] = first
+            if first[1] is not None:
+                found.append((first[1], name, schedule))
+        self._known = kept  # only the timings declared now, so the memory stays bounded
+        return found
+
+
+_FIRST_TICKS = _FirstTicks()
+
+
+def _still_first(first: _FirstTick, now: datetime) -> bool:
+    after, tick = first
+    return after <= now and (tick is None or now < tick)
+
+
+def _merge(firsts: list[tuple[datetime, str, Schedule]], limit: int) -> Iterator[tuple[datetime, str, Schedule]]:
+    """Yield the soonest ``limit`` ticks of all the schedules, from each one's first tick: only the
+    schedule whose tick was taken computes its next."""
+    heapq.heapify(firsts)  # names are unique: ties never compare the schedules
+    for _ in range(limit):
+        if not firsts:
+            return
+        tick, name, schedule = firsts[0]
+        yield tick, name, schedule
+        following = next_tick(schedule, tick)
+        if following is None:
+            heapq.heappop(firsts)
+        else:
+            heapq.heapreplace(firsts, (following, name, schedule))
 
 
 def local_time(tick: datetime, zone: str) -> datetime:
-    """Return ``tick`` in the zone ``zone`` names (UTC if it names none)."""
+    """Return ``tick`` in the zone ``zone`` names (UTC if it names none, or if the local time would
+    fall past year 9999: a tick late on 9999-12-31 UTC in a zone ahead of UTC)."""
     try:
         return tick.astimezone(ZoneInfo(zone)) if zone else tick.astimezone(timezone.utc)
-    except (ZoneInfoNotFoundError, ValueError):
+    except (ZoneInfoNotFoundError, ValueError, OverflowError):
         return tick.astimezone(timezone.utc)
 
 

@@ -13,6 +13,7 @@ definition is kept in memory.
 
 from __future__ import annotations
 
+import collections
 import logging
 import threading
 from dataclasses import dataclass, replace
@@ -26,7 +27,18 @@ from django_workhorse.enqueue_api import enqueue_prepared
 from django_workhorse.exceptions import EnqueueIdempotencyConflictError, EnqueueValidationError, InvalidArgumentError
 from django_workhorse.models import JobStatus, ScheduleState
 from django_workhorse.prepared import PreparedJob
-from django_workhorse.schedule_sources import DeclaredSchedule, check_arguments, declared_schedules
+from django_workhorse.schedule_sources import (
+    ARGUMENTS_DO_NOT_FIT,
+    DUPLICATE_NAME,
+    INVALID_CRON,
+    INVALID_DEFINITION,
+    UNKNOWN_TASK,
+    UNKNOWN_TIMEZONE,
+    DeclaredSchedule,
+    ScheduleProblem,
+    check_arguments,
+    declared_schedules,
+)
 from django_workhorse.schedules import (
     TICK_KEY_SCOPE,
     Schedule,
@@ -45,6 +57,21 @@ logger = logging.getLogger(__name__)
 
 # overlap="skip" waits while the previous job is in one of these.
 LIVE_STATUSES = (str(JobStatus.QUEUED), str(JobStatus.RUNNING))
+# The system checks that report a schedule the evaluation leaves out.
+LEFT_OUT_CHECK_IDS = (
+    INVALID_CRON,
+    UNKNOWN_TIMEZONE,
+    UNKNOWN_TASK,
+    DUPLICATE_NAME,
+    INVALID_DEFINITION,
+    ARGUMENTS_DO_NOT_FIT,
+)
+# How far a ``now`` given to an evaluation or a schedule action may lie ahead of the database's
+# clock (hosts' clocks disagree a little): a ``now`` further ahead would move the schedules' windows
+# past the clock, and no tick would come until the clock caught up.
+FUTURE_NOW_TOLERANCE = timedelta(seconds=5)
+# The setting that lifts that bound, for tests that play a schedule forward in time.
+ALLOW_FUTURE_NOW = "WORKHORSE_ALLOW_FUTURE_NOW"
 
 
 @dataclass
@@ -52,7 +79,7 @@ class _Known:
     """What this process computed for one definition: kept while its digest stays the same."""
 
     horizon: timedelta
-    problem: str | None
+    problem: ScheduleProblem | None
     # (after, the first tick after it or None): nothing is due while that tick lies ahead. One
     # attribute, so threads replace the pair at once.
     window: tuple[datetime, datetime | None] | None = None
@@ -63,6 +90,8 @@ _known_lock = threading.Lock()
 # A horizon depends on the expression, the zone and max_catch_up only, and measuring a cron
 # schedule's period walks 30 of its ticks: schedules that share an expression measure it once.
 _horizons: dict[tuple[str | None, timedelta | None, str, int], timedelta] = {}
+# The problems this process has logged, each once.
+_reported: set[ScheduleProblem] = set()
 
 
 def enqueue_due_schedules(now: datetime | None = None, *, using: str | None = None) -> list[EnqueueResult]:
@@ -71,19 +100,23 @@ def enqueue_due_schedules(now: datetime | None = None, *, using: str | None = No
     ``now`` defaults to the database's clock (the same for every host). The due ticks of a
     schedule lie in (its previous evaluation, ``now``]; a schedule seen for the first time has
     none; ``catch_up`` and ``overlap`` decide which of them run. Paused schedules make no ticks.
-    A schedule whose request is refused (its arguments no longer fit its task) is skipped and
-    logged; the others still run.
+    A schedule the system checks report (``workhorse.E203``-``E208``) is left out, logged at ERROR
+    and counted (:func:`report_left_out_schedules`); the others still run. Raise
+    ``InvalidArgumentError`` for a ``now`` more than ``FUTURE_NOW_TOLERANCE`` ahead of the
+    database's clock (unless ``WORKHORSE_ALLOW_FUTURE_NOW``), before anything is written.
     """
     if now is not None:
         check_datetime(now, "now")
     alias = using or router.db_for_write(ScheduleState)
-    declared, _problems = declared_schedules()
+    declared, problems = declared_schedules()
     max_catch_up = app_settings.SCHEDULE_MAX_CATCH_UP
     knowledge = {d.name: (d, _knowledge(d, max_catch_up)) for d in declared}
+    left_out = [*problems, *(k.problem for _, k in knowledge.values() if k.problem is not None)]
+    _report(left_out)
     runnable = {name: d for name, (d, k) in knowledge.items() if k.problem is None}
     states, clock = sql.schedules.read_states(alias)
-    now = clock if now is None else now
-    _sync(alias, runnable, states, now)
+    now = clock if now is None else check_now(now, clock)
+    _sync(alias, runnable, states, now, kept={problem.name for problem in left_out})
     candidates = sorted(name for name in runnable if _may_be_due(*knowledge[name], states.get(name), now))
     if not candidates:
         return []
@@ -103,22 +136,71 @@ def enqueue_due_schedules(now: datetime | None = None, *, using: str | None = No
     return results
 
 
+def check_now(now: datetime, clock: datetime) -> datetime:
+    """Return ``now``, or raise ``InvalidArgumentError`` (field ``now``) if it lies more than
+    ``FUTURE_NOW_TOLERANCE`` ahead of ``clock``, the database's, unless ``WORKHORSE_ALLOW_FUTURE_NOW``."""
+    if now - clock > FUTURE_NOW_TOLERANCE and not app_settings.ALLOW_FUTURE_NOW:
+        bound = (
+            f"at most {FUTURE_NOW_TOLERANCE.total_seconds():g} s ahead of the database's clock "
+            f"({clock.isoformat()}; {ALLOW_FUTURE_NOW} = True lifts this in tests)"
+        )
+        raise InvalidArgumentError(field="now", bound=bound, value=now.isoformat())
+    return now
+
+
+def left_out_schedules() -> list[ScheduleProblem]:
+    """Return the declared schedules an evaluation leaves out, with why: the system checks'
+    ``workhorse.E203``-``E208`` (the sources' problems, then the schedules whose arguments do not fit)."""
+    declared, problems = declared_schedules()
+    unfit = (_problem(d) for d in declared)  # asked again, not kept: the checks call this too
+    return [*problems, *(problem for problem in unfit if problem is not None)]
+
+
+def report_left_out_schedules() -> list[ScheduleProblem]:
+    """Log each schedule left out at ERROR, set the ``workhorse_schedules_left_out`` gauge, and
+    return them: what the commands that evaluate do as they start. Each evaluation does too, logging
+    only what this process has not logged yet."""
+    problems = left_out_schedules()
+    _report(problems, again=True)
+    return problems
+
+
+def _report(problems: list[ScheduleProblem], *, again: bool = False) -> None:
+    for problem in problems:
+        if again or problem not in _reported:
+            logger.error(
+                "Schedule left out name=%s check=%s origin=%s: %s",
+                problem.name,
+                problem.check_id,
+                problem.origin,
+                problem.message,
+            )
+            _reported.add(problem)
+    counts = collections.Counter(problem.check_id for problem in problems)
+    instruments.schedules_left_out({check_id: counts[check_id] for check_id in LEFT_OUT_CHECK_IDS})
+
+
 def _knowledge(declared: DeclaredSchedule, max_catch_up: int) -> _Known:
     key = (declared.name, declared.digest, max_catch_up)
     known = _known.get(key)
     if known is None:
-        problem = check_arguments(declared)
-        if problem is None:
-            try:
-                check_json(declared.definition, "definition", max_bytes=app_settings.MAX_PAYLOAD_BYTES)
-            except InvalidArgumentError as exc:
-                problem = str(exc)
-        if problem is not None:
-            logger.error("Schedule left out name=%s origin=%s: %s", declared.name, declared.origin, problem)
-        known = _Known(horizon=_horizon(declared.schedule, max_catch_up), problem=problem)
+        known = _Known(horizon=_horizon(declared.schedule, max_catch_up), problem=_problem(declared))
         with _known_lock:
             _known[key] = known
     return known
+
+
+def _problem(declared: DeclaredSchedule) -> ScheduleProblem | None:
+    """Why ticks of ``declared`` cannot be enqueued (E208 its arguments, E207 its definition's size), if so."""
+    why = check_arguments(declared)
+    if why is not None:
+        message = f"its arguments do not fit task {declared.task!r}: {why}"
+        return ScheduleProblem(declared.name, declared.origin, message, ARGUMENTS_DO_NOT_FIT)
+    try:
+        check_json(declared.definition, "definition", max_bytes=app_settings.MAX_PAYLOAD_BYTES)
+    except InvalidArgumentError as exc:
+        return ScheduleProblem(declared.name, declared.origin, str(exc), INVALID_DEFINITION)
+    return None
 
 
 def _horizon(schedule: Schedule, max_catch_up: int) -> timedelta:
@@ -129,15 +211,21 @@ def _horizon(schedule: Schedule, max_catch_up: int) -> timedelta:
     return found
 
 
-def _sync(alias: str, runnable: dict[str, DeclaredSchedule], states: dict[str, ScheduleRow], now: datetime) -> None:
-    """Write what changed in code: new schedules, changed definitions, schedules gone (inactive)."""
+def _sync(
+    alias: str, runnable: dict[str, DeclaredSchedule], states: dict[str, ScheduleRow], now: datetime, *, kept: set[str]
+) -> None:
+    """Write what changed in code: new schedules, changed definitions, schedules gone (inactive).
+
+    A schedule left out for a problem (``kept``) is still declared: it keeps its state as it is
+    (active, its window where it was), so once fixed its missed ticks are its ``catch_up``'s to decide.
+    """
     new = [d for name, d in runnable.items() if name not in states]
     changed = [
         d
         for name, d in runnable.items()
         if name in states and (states[name].digest != d.digest or not states[name].active)
     ]
-    gone = sorted(name for name, row in states.items() if row.active and name not in runnable)
+    gone = sorted(name for name, row in states.items() if row.active and name not in runnable and name not in kept)
     if not (new or changed or gone):
         return
     with transaction.atomic(using=alias):

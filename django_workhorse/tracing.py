@@ -50,7 +50,8 @@ MODE = "workhorse.enqueue.mode"
 OUTCOME = "workhorse.enqueue.outcome"
 OUTCOMES = "workhorse.enqueue.outcomes"
 STATUS = "workhorse.attempt.status"
-# What a job stores of a tracestate, at most (W3C asks propagators to pass on at least 512 characters).
+# What a job stores of a tracestate, at most (W3C asks propagators to pass on at least 512 characters),
+# and what an attempt reads back: a longer one was not written here and is left out.
 MAX_TRACESTATE_CHARS = 512
 
 _NOTHING: contextlib.nullcontext[None] = contextlib.nullcontext()
@@ -241,12 +242,20 @@ def _produced_context(stored: Any) -> Any:
     trace_id, span_id = int(found[1], 16), int(found[2], 16)
     if not trace_id or not span_id:  # the all-zero ids are invalid
         return None
-    state = stored.get("tracestate")
     context = trace.SpanContext(
         trace_id,
         span_id,
         is_remote=True,
         trace_flags=trace.TraceFlags(int(found[3], 16)),
-        trace_state=trace.TraceState.from_header([state]) if isinstance(state, str) and state else None,
+        trace_state=_stored_trace_state(stored.get("tracestate")),
     )
     return trace.set_span_in_context(trace.NonRecordingSpan(context), _ROOT)
+
+
+def _stored_trace_state(state: Any) -> Any:
+    """The stored tracestate, or None when there is none or it is longer than a job stores: parsed
+    on every attempt, carried on by every span, and quoted in full in OpenTelemetry's warning when
+    malformed, it is bounded before anything reads it."""
+    if not isinstance(state, str) or not state or len(state) > MAX_TRACESTATE_CHARS:
+        return None
+    return trace.TraceState.from_header([state])

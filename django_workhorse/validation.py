@@ -33,6 +33,9 @@ MODE_OPTIONS: dict[str, type] = {
     "throttle": Throttle,
 }
 DEBOUNCE_SCHEDULES = ("reset", "preserve")
+# The scopes of the library's own keys (a schedule's ticks, its run-now requests): a caller's key
+# there would take a tick's place. The library enqueues those through ``prepare``, never checked here.
+RESERVED_SCOPE_PREFIX = "workhorse."
 _KEY_MODES = {name: KeyMode(name) for name in MODE_OPTIONS}
 _MICROSECOND = timedelta(microseconds=1)
 _OPTION_NAMES = EnqueueOptions.names()
@@ -49,6 +52,19 @@ def resolve_options(options: EnqueueOptions | None, overrides: Mapping[str, Any]
     if not isinstance(options, EnqueueOptions):
         raise EnqueueValidationError(field="options", bound="an EnqueueOptions value", value=options)
     return replace(options, **overrides) if overrides else options
+
+
+def check_caller_scope(options: EnqueueOptions) -> EnqueueOptions:
+    """Return ``options`` unless its keyed mode names a scope reserved for the library.
+
+    Raise ``EnqueueValidationError`` naming the mode's ``scope`` if it starts with ``workhorse.``.
+    """
+    for name in MODE_OPTIONS:
+        scope = getattr(getattr(options, name), "scope", None)
+        if isinstance(scope, str) and scope.startswith(RESERVED_SCOPE_PREFIX):
+            bound = f"a scope not starting with {RESERVED_SCOPE_PREFIX!r} (reserved for django_workhorse's own keys)"
+            raise EnqueueValidationError(field=f"{name}.scope", bound=bound, value=scope)
+    return options
 
 
 @dataclass(frozen=True)

@@ -13,3 +13,6 @@ TASKS = {
         "QUEUES": ["default", "emails"],
     }
 }
+
+# The backend imports task modules of installed apps only: these tests' tasks live in a test module.
+WORKHORSE_TASK_MODULES = ["tests.test_django_tasks_backend"]

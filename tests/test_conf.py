@@ -32,6 +32,8 @@ DEFAULTS = {
     "IDEMPOTENT_RESPONSE_MAX_BYTES": 1024 * 1024,
     "METRICS_TOKEN": None,
     "METRICS_JOB_TYPE_LABEL": False,
+    "TASK_MODULES": (),
+    "ALLOW_FUTURE_NOW": False,
 }
 OVERRIDES = {
     "MAX_PAYLOAD_BYTES": 2048,
@@ -51,6 +53,8 @@ OVERRIDES = {
     "IDEMPOTENT_RESPONSE_MAX_BYTES": 8192,
     "METRICS_TOKEN": "s" * 16,
     "METRICS_JOB_TYPE_LABEL": True,
+    "TASK_MODULES": ("myproject.tasks",),
+    "ALLOW_FUTURE_NOW": True,
 }
 
 

@@ -460,3 +460,34 @@ def test_the_admin_through_the_pooler(client):
         statuses = {page: client.get(page).status_code for page in pages}
     assert statuses == dict.fromkeys(pages, 200)
     assert len(pooled) > 0 and len(direct) == 0
+
+
+# -- the system check of prepared statements behind a pooler -------------------------------------
+
+
+def test_the_check_warns_of_prepared_statements_through_a_pooler_that_does_not_keep_them(pgbouncer, settings):
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    from django_workhorse.checks import check_prepared_statements
+
+    aliases = ["default", POOLED, POOLED_SINGLE]
+    settings.WORKHORSE_PREPARED_STATEMENTS = True
+
+    warned = [(w.id, w.msg.split(" is reached")[0]) for w in check_prepared_statements(databases=aliases)]
+    err = StringIO()
+    call_command("check", "--database", POOLED, stderr=err)
+
+    if pgbouncer.keeps_prepared_statements:  # 1.21+ with max_prepared_statements (tests/pgbouncer.py sets it)
+        assert warned == [] and "workhorse.W001" not in err.getvalue()
+    else:
+        assert warned == [("workhorse.W001", f"Database {POOLED!r}"), ("workhorse.W001", f"Database {POOLED_SINGLE!r}")]
+        assert "(workhorse.W001) Database 'pooled' is reached through a connection pooler" in err.getvalue()
+    with single_session(pgbouncer) as conn:  # the check's statements are gone from the server session
+        left = conn.execute(
+            "SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE %s", ["%workhorse_check_%"]
+        )
+        assert left.fetchone()[0] == 0
+    settings.WORKHORSE_PREPARED_STATEMENTS = False
+    assert check_prepared_statements(databases=aliases) == []

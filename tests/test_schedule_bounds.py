@@ -134,3 +134,11 @@ def test_daily_cron_ticks_from_year_1_and_through_the_millennia_are_local_midnig
         walls = [tick.astimezone(ZoneInfo(zone)) for tick in found]
         assert {wall.time() for wall in walls} == {time(0)}
         assert [b.date() - a.date() for a, b in pairwise(walls)] == [timedelta(days=1)] * (len(walls) - 1) != []
+
+
+def test_a_tick_whose_local_time_is_past_year_9999_is_shown_in_utc():
+    from django_workhorse.schedule_overview import local_time
+
+    last = datetime(9999, 12, 31, 19, 0, tzinfo=timezone.utc)
+    assert local_time(last, "Pacific/Kiritimati") == last  # 10000-01-01 09:00 there
+    assert local_time(last, "UTC") == last

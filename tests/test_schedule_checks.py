@@ -146,12 +146,22 @@ def test_the_checks_run_with_manage_py_check():
         call_command("check")
 
 
+@pytest.mark.django_db
 @pytest.mark.parametrize("command", ["workhorse_worker", "workhorse_scheduler"])
-def test_a_worker_or_scheduler_does_not_start_with_an_invalid_schedule(command):
-    """The commands run the system checks first (as manage.py does): the deploy stops, not the first tick."""
+def test_a_worker_or_scheduler_leaves_an_invalid_schedule_out_but_stops_at_other_errors(command, caplog):
+    """The commands run the system checks first (as manage.py does), but one bad schedule does not
+    stop every queue: it is left out and logged (tests/test_schedule_problems_runtime.py runs them)."""
     from django.core.management import call_command
     from django.core.management.base import SystemCheckError
 
+    argv = ["--burst" if command == "workhorse_worker" else "--once"]
     bad = {"s": {"task": "shop.nope", "every": timedelta(minutes=1)}}
-    with override_settings(WORKHORSE_SCHEDULES=bad), pytest.raises(SystemCheckError, match="workhorse.E205"):
-        call_command(command, "--burst" if command == "workhorse_worker" else "--once", skip_checks=False)
+    stopped = pytest.raises(SystemCheckError, match="workhorse.E002")
+    with override_settings(WORKHORSE_SCHEDULES=bad, WORKHORSE_MAX_PAYLOAD_BYTES=0), stopped as excinfo:
+        call_command(command, *argv, skip_checks=False)
+    assert "workhorse.E205" not in str(excinfo.value)
+    with override_settings(WORKHORSE_SCHEDULES=bad), caplog.at_level("ERROR", "django_workhorse"):
+        call_command(command, *argv, skip_checks=False, verbosity=0)
+    assert "Schedule left out name=s check=workhorse.E205 origin=WORKHORSE_SCHEDULES['s']: task 'shop.nope'" in (
+        caplog.text
+    )

@@ -547,3 +547,17 @@ def test_each_module_imports_first_in_a_fresh_process(module):
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings", "DATABASE_URL": subprocess_database_url()}
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
+
+
+@override_settings(
+    WORKHORSE_SCHEDULES={"s": entry(every=timedelta(minutes=1), catch_up="all")}, WORKHORSE_SCHEDULE_MAX_CATCH_UP=1501
+)
+def test_workhorse_scheduler_once_counts_many_new_jobs_and_names_only_the_first_ten(capsys):
+    enqueue_due_schedules(T0)  # months ago: the newest 1,501 minutes are due
+
+    call_command("workhorse_scheduler", "--once")
+
+    ids = sorted(Job.objects.filter(job_type=TASK).values_list("id", flat=True))
+    assert len(ids) == 1501
+    first = ", ".join(map(str, ids[:10]))
+    assert capsys.readouterr().out == f"1501 due tick(s), 1501 new job(s): {first} and 1,491 more\n"

@@ -42,6 +42,7 @@ def dashboard_view(model_admin: admin.ModelAdmin, request: HttpRequest) -> HttpR
         "failures": [(job, error_summary(error_head(job))) for job in stats.recent_failures()],
         "workers": stats.workers(),
         "upcoming": schedule_overview.upcoming_ticks(now=now),
+        "schedule_counts": schedule_overview.schedule_counts(),
         "scopes": keyed_rates.by_scope(stats.live_bindings(now=now), RECENT_KEYED.rates()),
         "metrics_on": instruments.recording(),
         "refresh_seconds": DASHBOARD_REFRESH_SECONDS,

@@ -2,16 +2,19 @@
 
 A job's status maps onto the framework's (a cancelled job is FAILED: django.tasks has no other
 final state), its claimed events give the worker ids and attempt times, its failed events one
-``TaskError`` each. The task is found again by importing the job type, its module path.
+``TaskError`` each. The task is found again by importing the job type, its module path, from the
+modules a job type may name (:func:`may_import`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import sys
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from django.apps import apps
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
@@ -24,6 +27,7 @@ from django_workhorse.backends._framework import (
     TaskResultDoesNotExist,
     TaskResultStatus,
 )
+from django_workhorse.conf import app_settings
 from django_workhorse.exceptions import WorkhorseError
 from django_workhorse.types import EnqueueResult, JobId
 
@@ -57,12 +61,32 @@ class WorkhorseTaskResult(_ResultBase):  # type: ignore[misc]  # django-stubs de
 
 
 def import_task(job_type: str) -> Task[..., Any] | None:
-    """Return the django.tasks ``Task`` that a job type names by module path, else None."""
+    """Return the django.tasks ``Task`` that a job type names by module path, else None.
+
+    A job type is text from the database: its module is imported only if :func:`may_import` says so.
+    """
+    module = job_type.rpartition(".")[0]
+    if not module or not may_import(module):
+        return None
     try:
         found = import_string(job_type)
     except ImportError:
         return None
     return found if isinstance(found, Task) else None
+
+
+def may_import(module: str) -> bool:
+    """Return whether a job type's module may be imported to look for its task: it is imported
+    already, or it is (in) the package of an installed app or of a ``WORKHORSE_TASK_MODULES`` entry.
+
+    Importing runs the module's code: any other module a job type named would run whatever it does
+    on import in the worker (or in whoever reads the job's result).
+    """
+    if module in sys.modules:
+        return True
+    roots = [config.name for config in apps.get_app_configs()]
+    roots.extend(app_settings.TASK_MODULES)
+    return any(module == root or module.startswith(f"{root}.") for root in roots)
 
 
 def new_result(task: Task[..., Any], args: Any, kwargs: Any, *, backend: str) -> WorkhorseTaskResult:

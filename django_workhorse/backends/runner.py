@@ -9,6 +9,7 @@ Django's own backends run a task: ``task_started`` before, ``task_finished`` aft
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Iterator
 from traceback import format_exception
 from typing import TYPE_CHECKING, Any
@@ -26,12 +27,14 @@ from django_workhorse.backends._framework import (
     task_started,
 )
 from django_workhorse.backends.backend import WorkhorseBackend
-from django_workhorse.backends.results import FAILED, SUCCESSFUL, WorkhorseTaskResult, import_task
+from django_workhorse.backends.results import FAILED, SUCCESSFUL, WorkhorseTaskResult, import_task, may_import
 from django_workhorse.exceptions import DjangoTaskNotFoundError, WorkhorseBackendNotConfiguredError
 from django_workhorse.registry import Handler, add_resolver
 
 if TYPE_CHECKING:
     from django_workhorse.worker.context import HandlerContext
+
+logger = logging.getLogger(__name__)
 
 
 class TaskRunner:
@@ -79,8 +82,17 @@ def resolve_handler(job_type: str) -> Handler | None:
     """Return the handler of a job type naming a django.tasks ``Task`` by module path, else None.
 
     Registered with the workhorse registry when this module is imported, so a worker runs tasks
-    that another process enqueued without any registration step.
+    that another process enqueued without any registration step. Only the modules ``may_import``
+    allows are imported: a job naming another one fails as unregistered, and a warning says why.
     """
+    module = job_type.rpartition(".")[0]
+    if module and not may_import(module):
+        logger.warning(
+            "Not importing module=%s for job type=%s: it is in no installed app and not in WORKHORSE_TASK_MODULES",
+            module,
+            job_type,
+        )
+        return None
     if import_task(job_type) is None:
         return None
     return Handler(job_type, TaskRunner(job_type), takes_context=True, spreads_payload=False)

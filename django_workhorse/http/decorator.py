@@ -146,10 +146,10 @@ class _Guard:
             if refused is not None:
                 return refused
         idempotency = RequestIdempotency(key=key, scope=self.scope, owner=owner)
-        try:
-            digest, digests = fingerprints.request_fingerprint(request)
-        except fingerprints.BodyRefused as refused:
-            return responses.problem(refused.status, refused.code, refused.detail)
+        fingerprint = fingerprints.request_fingerprint(request)
+        if isinstance(fingerprint, fingerprints.BodyRefusal):
+            return responses.problem(fingerprint.status, fingerprint.code, fingerprint.detail)
+        digest, digests = fingerprint
         record_key = idempotency.record_key
         alias = self.using or router.db_for_write(EffectRecord)
         with transaction.atomic(using=alias):

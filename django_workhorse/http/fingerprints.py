@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import zlib
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -27,19 +28,24 @@ DECODED_ENCODINGS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS,
 MAX_DECODED_BODY_BYTES = 16 * 1024 * 1024
 
 
-class BodyRefused(Exception):  # noqa: N818 - an answer, not a failure
-    """A body that cannot be fingerprinted as the request it is: answered with a 4xx problem."""
-
-    def __init__(self, status: int, code: str, detail: str) -> None:
-        super().__init__(detail)
-        self.status, self.code, self.detail = status, code, detail
+# What a duplicate-key JSON object raises, inside the parse (a ValueError json.loads passes on).
+_DUPLICATE_KEY = "duplicate key"
 
 
-def request_fingerprint(request: Any) -> tuple[bytes, dict[str, str]]:
+@dataclass(frozen=True)
+class BodyRefusal:
+    """A body that cannot be fingerprinted as the request it is: answered with this 4xx problem."""
+
+    status: int
+    code: str
+    detail: str
+
+
+def request_fingerprint(request: Any) -> tuple[bytes, dict[str, str]] | BodyRefusal:
     """Return the request's digest and a digest per part (``PARTS``); the body is read, never kept.
 
     A body with ``Content-Encoding: gzip`` or ``deflate`` is fingerprinted decoded, so a retry that
-    compresses it again (differently) is the same request. Raise ``BodyRefused`` for a JSON body
+    compresses it again (differently) is the same request. Return a ``BodyRefusal`` for a JSON body
     with a key twice in one object (its meaning depends on the parser), or one that decodes to
     more than ``DATA_UPLOAD_MAX_MEMORY_SIZE`` bytes.
     """
@@ -61,9 +67,11 @@ def request_fingerprint(request: Any) -> tuple[bytes, dict[str, str]]:
     if content_type == MULTIPART:
         digests["body"] = _form_digest(request)
     else:
-        digests["body"] = _body_digest(
-            _decoded(_body(request), request.META.get("HTTP_CONTENT_ENCODING", "")), content_type
-        )
+        decoded = _decoded(_body(request), request.META.get("HTTP_CONTENT_ENCODING", ""))
+        body = decoded if isinstance(decoded, BodyRefusal) else _body_digest(decoded, content_type)
+        if isinstance(body, BodyRefusal):
+            return body
+        digests["body"] = body
     return request_digest(digests), digests
 
 
@@ -102,19 +110,20 @@ def _form_digest(request: Any) -> str:
     return field_digest(canonical_json([sorted(request.POST.lists()), files]))
 
 
-def _body_digest(body: bytes, content_type: str) -> str:
+def _body_digest(body: bytes, content_type: str) -> str | BodyRefusal:
     """JSON bodies by their canonical JSON (key order and spacing do not matter); forms by their sorted
     fields; anything else, or a body that does not parse as its type says, by its bytes."""
     if content_type == "application/json" or content_type.endswith("+json"):
         try:
             return field_digest(canonical_json(json.loads(body, object_pairs_hook=_unique_keys)))
-        except _DuplicateKey as exc:
-            raise BodyRefused(
-                400,
-                "idempotency-body-duplicate-keys",
-                f"The JSON body has the key {exc.key!r} twice in one object; send each key once.",
-            ) from None
-        except (ValueError, TypeError, RecursionError):
+        except ValueError as exc:
+            if exc.args[:1] == (_DUPLICATE_KEY,):
+                return BodyRefusal(
+                    400,
+                    "idempotency-body-duplicate-keys",
+                    f"The JSON body has the key {exc.args[1]!r} twice in one object; send each key once.",
+                )
+        except (TypeError, RecursionError):
             pass
     elif content_type == FORM:
         try:
@@ -126,23 +135,18 @@ def _body_digest(body: bytes, content_type: str) -> str:
     return hashlib.sha256(body).hexdigest()[:FIELD_DIGEST_HEX_CHARS]
 
 
-class _DuplicateKey(Exception):  # noqa: N818
-    def __init__(self, key: str) -> None:
-        self.key = key[:64]
-
-
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     found = dict(pairs)
     if len(found) != len(pairs):
         seen: set[str] = set()
         for name, _ in pairs:
             if name in seen:
-                raise _DuplicateKey(name)
+                raise ValueError(_DUPLICATE_KEY, name[:64])
             seen.add(name)
     return found
 
 
-def _decoded(body: bytes, encoding_header: str) -> bytes:
+def _decoded(body: bytes, encoding_header: str) -> bytes | BodyRefusal:
     """The body with its ``Content-Encoding`` undone (last applied, first undone), at most the
     configured size; as sent when an encoding is unknown or its bytes do not decode."""
     codings = [coding.strip().lower() for coding in encoding_header.split(",") if coding.strip()]
@@ -159,10 +163,8 @@ def _decoded(body: bytes, encoding_header: str) -> bytes:
         except zlib.error:
             return body
         if len(out) > limit or inflater.unconsumed_tail:
-            raise BodyRefused(
-                413,
-                "idempotency-body-too-large",
-                f"The request body decodes to more than {limit} bytes.",
+            return BodyRefusal(
+                413, "idempotency-body-too-large", f"The request body decodes to more than {limit} bytes."
             )
         if not inflater.eof:
             return body  # truncated: not the encoding it claims

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import collections
 import functools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.multiprocess import MultiProcessCollector
 
 from django_workhorse.conf import app_settings
@@ -84,6 +84,15 @@ SCHEDULE_TICKS = Counter(
     "Schedule ticks by schedule and outcome: accepted (this process enqueued the tick's job), replayed "
     "(another worker had), skipped (catch_up or overlap), conflict (another definition of it had).",
     ["schedule", "outcome"],
+)
+# Set by each evaluation: in multiprocess mode the largest value of the live processes (they read
+# the same code and settings).
+SCHEDULES_LEFT_OUT = Gauge(
+    "workhorse_schedules_left_out",
+    "Declared schedules this process's evaluation leaves out, by the system check that reports them "
+    "(workhorse.E203-E208); each is logged at ERROR.",
+    ["check"],
+    multiprocess_mode="livemax",
 )
 
 # The mode label of enqueue_many's calls; the labels of a request refused before its queue and
@@ -165,6 +174,11 @@ def redriven(queue: str) -> None:
 
 def schedule_ticked(schedule: str, outcome: str) -> None:
     child(SCHEDULE_TICKS, schedule, outcome).inc()
+
+
+def schedules_left_out(counts: Mapping[str, int]) -> None:
+    for check_id, count in counts.items():
+        child(SCHEDULES_LEFT_OUT, check_id).set(count)
 
 
 def keyed_counts() -> dict[tuple[str, str], float]:

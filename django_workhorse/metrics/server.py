@@ -1,8 +1,9 @@
 """``workhorse_worker --metrics-port``: serve the worker process's own metrics over HTTP.
 
 prometheus-client's server, on a daemon thread: the counters and histograms this process records
-(attempts, handler and claim durations, lease losses, reclaims; enqueues its handlers make). No
-gauges: the web endpoint reads those from PostgreSQL, once for every worker.
+(attempts, handler and claim durations, lease losses, reclaims; enqueues its handlers make), and
+the schedules its evaluations leave out. Not the gauges read from PostgreSQL: the web endpoint
+reads those, once for every worker.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ except ImportError as exc:  # the URLconf includes this module: say what is miss
 from django_workhorse.metrics import multiprocess_dir  # noqa: E402 (after the import check)
 from django_workhorse.metrics.gauges import DatabaseGauges  # noqa: E402
 
-BEARER = "Bearer "
+SCHEME = "bearer"
 REALM = 'Bearer realm="workhorse-metrics"'
 # The gauges read from PostgreSQL, in the registry the endpoint serves (only where it is served).
 GAUGES = DatabaseGauges()
@@ -58,10 +58,11 @@ def served_registry() -> CollectorRegistry:
 
 def _bears_the_token(request: HttpRequest) -> bool:
     token = app_settings.METRICS_TOKEN
-    header = request.META.get("HTTP_AUTHORIZATION", "")
-    if not token or not header.startswith(BEARER):
+    scheme, _, credentials = request.META.get("HTTP_AUTHORIZATION", "").partition(" ")
+    # An authentication scheme is case-insensitive (RFC 9110, section 11.1): bearer, BEARER...
+    if not token or not scheme.isascii() or scheme.lower() != SCHEME:
         return False
-    return hmac.compare_digest(header[len(BEARER) :].strip().encode(), token.encode())
+    return hmac.compare_digest(credentials.strip().encode(), token.encode())
 
 
 def _is_staff(request: HttpRequest) -> bool:

@@ -5,7 +5,8 @@ concern, and callers name the concern: ``sql.enqueue`` (enqueue), ``sql.claims``
 claims, outcomes, leases, checkpoints), ``sql.actions`` (operator actions), ``sql.housekeeping``
 (purge, pruning, the worker registry), ``sql.leases`` (named leases: the maintenance lease), ``sql.effects`` (the effect ledger),
 ``sql.http_records`` (``@idempotent`` views' records, on the ledger's table), ``sql.schedules`` (periodic schedules' state),
-``sql.keys`` (the fragments that decide who owns a key) and ``sql.connection`` (how statements
+``sql.keys`` (the fragments that decide who owns a key), ``sql.poolers`` (whether a pooler
+forwards prepared statements) and ``sql.connection`` (how statements
 run, and LISTEN). Each statement is a named constant with a comment saying what it does and which
 constraint or index it relies on. Parameters are always bound (``%(name)s``), never formatted in.
 """
@@ -22,6 +23,7 @@ from django_workhorse.sql import (
     http_records,
     keys,
     leases,
+    poolers,
     schedules,
 )
 
@@ -35,5 +37,6 @@ __all__ = [
     "http_records",
     "keys",
     "leases",
+    "poolers",
     "schedules",
 ]

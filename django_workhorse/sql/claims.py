@@ -34,6 +34,16 @@ from django_workhorse.sql.connection import constraint_name, decode_json, execut
 # refuses at once. Its rows are locked in claim order, not id order: SKIP LOCKED never waits for a
 # job row, so that order cannot take part in a deadlock on them.
 CONCURRENCY_LOCK_CLASS = 0x776F726B  # "work": the first half of two-int advisory lock ids
+# A job's trace context as a claim reads it: as stored when it is as small as enqueue writes it (a
+# traceparent and at most 512 characters of tracestate), else its traceparent only (bounded), so a
+# value written some other way never crosses the wire whole on every attempt.
+MAX_TRACE_CONTEXT_BYTES = 2048
+MAX_TRACEPARENT_CHARS = 128
+BOUNDED_TRACE_CONTEXT = (
+    f"CASE WHEN job.trace_context IS NULL OR octet_length(job.trace_context::text) <= {MAX_TRACE_CONTEXT_BYTES} "
+    f"THEN job.trace_context ELSE jsonb_strip_nulls(jsonb_build_object('traceparent', "
+    f"left(job.trace_context->>'traceparent', {MAX_TRACEPARENT_CHARS}))) END"
+)
 CLAIM = f"""
 WITH candidates AS (
     SELECT ready.id, ready.priority, ready.run_at, ready.concurrency_key, ready.concurrency_limit
@@ -83,7 +93,7 @@ claimed AS (
     WHERE job.id = chosen.id
     RETURNING job.id, job.job_type, job.queue, job.payload, job.attempt, job.max_attempts,
               job.retry_policy, job.deadline, job.timeout, job.lease_token, coalesce(job.root_id, job.id),
-              job.scheduled_for, job.trace_context,
+              job.scheduled_for, {BOUNDED_TRACE_CONTEXT} AS trace_context,
               extract(epoch FROM clock_timestamp() - job.run_at)::float8 AS waited, job.priority, job.run_at
 ),
 events AS (

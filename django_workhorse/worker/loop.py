@@ -22,7 +22,7 @@ from django.db import DatabaseError, close_old_connections, connections
 from django_workhorse import instruments, sql
 from django_workhorse.conf import DEFAULT_DRAIN_TIMEOUT, DEFAULT_LEASE, app_settings
 from django_workhorse.exceptions import WorkerThreadError
-from django_workhorse.log_fields import job_fields
+from django_workhorse.log_fields import job_fields, job_ids
 from django_workhorse.maintenance import run_maintenance
 from django_workhorse.types import EnqueueOutcome
 from django_workhorse.worker.context import HandlerContext
@@ -348,7 +348,7 @@ class Worker:
                 self._close_connection()
             else:
                 if accepted := [r.job_id for r in enqueued if r.outcome is EnqueueOutcome.ACCEPTED]:
-                    logger.info("Schedules enqueued jobs=%s", accepted)
+                    logger.info("Schedules enqueued %d job(s)%s", len(accepted), job_ids(accepted))
             interval = app_settings.SCHEDULE_INTERVAL.total_seconds()
             self._stopping.wait(max(interval - (time.monotonic() - started), 0))
         connections.close_all()

@@ -10,8 +10,10 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandParser
 from django.db import close_old_connections, connections
 
+from django_workhorse.checks import schedule_problems_reported_elsewhere
 from django_workhorse.conf import app_settings
-from django_workhorse.scheduler import enqueue_due_schedules
+from django_workhorse.log_fields import job_ids
+from django_workhorse.scheduler import enqueue_due_schedules, report_left_out_schedules
 from django_workhorse.types import EnqueueOutcome, EnqueueResult
 
 logger = logging.getLogger("django_workhorse.scheduler")
@@ -21,8 +23,18 @@ class Command(BaseCommand):
     help = (
         "Evaluate the periodic schedules every WORKHORSE_SCHEDULE_INTERVAL until SIGTERM/SIGINT "
         "(with --once, evaluate once and exit). Workers evaluate too unless started with --no-scheduler; "
-        "running both is safe: each tick is still one job."
+        "running both is safe: each tick is still one job. A schedule the system checks report is left out "
+        "and logged; the others still run."
     )
+
+    def check(self, *args: Any, **kwargs: Any) -> None:
+        with schedule_problems_reported_elsewhere():  # handle() reports them, and runs the rest
+            super().check(*args, **kwargs)
+
+    def get_check_kwargs(self, options: dict[str, Any]) -> Any:
+        kwargs = super().get_check_kwargs(options)
+        kwargs["databases"] = [options["database"]]  # the database checks too, of the alias it runs on
+        return kwargs
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--once", action="store_true", help="Evaluate once, print what was enqueued, exit.")
@@ -32,6 +44,7 @@ class Command(BaseCommand):
         logging.getLogger("django_workhorse").setLevel(
             {0: logging.WARNING, 1: logging.INFO}.get(verbosity, logging.DEBUG)
         )
+        report_left_out_schedules()
         if once:
             self._report(enqueue_due_schedules(using=database), verbosity, always=True)
             return
@@ -54,5 +67,4 @@ class Command(BaseCommand):
     def _report(self, results: list[EnqueueResult], verbosity: int, *, always: bool = False) -> None:
         accepted = [r.job_id for r in results if r.outcome is EnqueueOutcome.ACCEPTED]
         if verbosity and (accepted or always):
-            jobs = f": {', '.join(map(str, accepted))}" if accepted else ""
-            self.stdout.write(f"{len(results)} due tick(s), {len(accepted)} new job(s){jobs}")
+            self.stdout.write(f"{len(results)} due tick(s), {len(accepted)} new job(s){job_ids(accepted)}")

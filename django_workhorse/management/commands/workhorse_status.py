@@ -1,5 +1,9 @@
 """``manage.py workhorse_status``: queue depths, throughput, workers, schedules and idempotency keys by
-scope, as tables or JSON."""
+scope, as tables or JSON.
+
+Names come from code, settings and the database (queues, scopes, schedules, workers' hosts): every
+table cell goes through ``printable``, so a name cannot move the cursor or recolour the terminal.
+"""
 
 from __future__ import annotations
 
@@ -15,10 +19,13 @@ from django.db import router
 from django.utils import timezone
 
 from django_workhorse import instruments, keyed_rates
+from django_workhorse.checks import schedule_problems_reported_elsewhere
 from django_workhorse.keyed_rates import ScopeDedup, ScopeRate
 from django_workhorse.metrics import multiprocess_dir
 from django_workhorse.models import Job
 from django_workhorse.schedule_overview import ScheduleOverview, overview
+from django_workhorse.schedule_sources import ScheduleProblem
+from django_workhorse.scheduler import left_out_schedules
 from django_workhorse.stats import (
     QueueDepth,
     Throughput,
@@ -46,9 +53,19 @@ def human_age(age: timedelta | None) -> str:
     return f"{seconds / 86400:.1f} d"
 
 
+def printable(value: object) -> str:
+    """Return ``str(value)`` with each character a terminal would act on, or that does not show
+    (control characters, ESC, DEL, C1, bidi overrides, line separators), as its Python escape:
+    ``"a\x1b[2Jb"`` prints as ``a\x1b[2Jb``."""
+    text = str(value)
+    if text.isprintable():
+        return text
+    return "".join(char if char.isprintable() else repr(char)[1:-1] for char in text)
+
+
 def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]], *, right: Sequence[int] = ()) -> list[str]:
-    """Return the lines of a plain-text table; columns in ``right`` are right-aligned."""
-    cells = [[str(cell) for cell in row] for row in rows]
+    """Return the lines of a plain-text table, each cell ``printable``; columns in ``right`` are right-aligned."""
+    cells = [[printable(cell) for cell in row] for row in rows]
     widths = [max([len(header)] + [len(row[i]) for row in cells]) for i, header in enumerate(headers)]
 
     def line(values: Sequence[str]) -> str:
@@ -84,6 +101,10 @@ class Command(BaseCommand):
         "and, per idempotency scope, the live bindings and what the keys saved."
     )
 
+    def check(self, *args: Any, **kwargs: Any) -> None:
+        with schedule_problems_reported_elsewhere():  # shown with the schedules
+            super().check(*args, **kwargs)
+
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
             "--json", action="store_true", dest="as_json", help="Print one JSON object instead of tables."
@@ -105,6 +126,7 @@ class Command(BaseCommand):
         finished = throughput(using=database, now=now)
         registered = workers(using=database)
         schedules = overview(using=database, now=now)
+        left_out = left_out_schedules()
         rates = None
         if first is not None:
             time.sleep(max(first.at + window - time.monotonic(), 0.0))  # the rest of the window
@@ -112,7 +134,7 @@ class Command(BaseCommand):
             rates = None if second is None else keyed_rates.between(first, second)
         scopes = keyed_rates.by_scope(live_bindings(using=database, now=now), rates)
         if as_json:
-            self._write_json(depths, finished, registered, schedules, scopes, now)
+            self._write_json(depths, finished, registered, schedules, left_out, scopes, now)
             return
         self._write_queues(depths, database)
         self.stdout.write("")
@@ -120,7 +142,7 @@ class Command(BaseCommand):
         self.stdout.write("")
         self._write_workers(registered, now)
         self.stdout.write("")
-        self._write_schedules(schedules)
+        self._write_schedules(schedules, left_out)
         self.stdout.write("")
         self._write_scopes(scopes, window, rates)
 
@@ -130,6 +152,7 @@ class Command(BaseCommand):
         finished: Throughput,
         registered: list[WorkerStatus],
         schedules: list[ScheduleOverview],
+        left_out: list[ScheduleProblem],
         scopes: list[ScopeDedup],
         now: datetime,
     ) -> None:
@@ -142,6 +165,9 @@ class Command(BaseCommand):
             },
             "workers": [worker_json(worker, now) for worker in registered],
             "schedules": [schedule.as_json() for schedule in schedules],
+            "schedules_left_out": [
+                {"name": p.name, "check": p.check_id, "origin": p.origin, "problem": p.message} for p in left_out
+            ],
             "scopes": [line.as_json() for line in scopes],
         }
         self.stdout.write(json.dumps(report, indent=2))
@@ -187,11 +213,21 @@ class Command(BaseCommand):
         for line in format_table(headers, rows, right=[2, 4]):
             self.stdout.write(line)
 
-    def _write_schedules(self, schedules: list[ScheduleOverview]) -> None:
+    def _write_schedules(self, schedules: list[ScheduleOverview], left_out: list[ScheduleProblem]) -> None:
         self.stdout.write("Schedules (times in UTC)")
         if not schedules:
             self.stdout.write("No schedules evaluated yet.")
-            return
+        else:
+            self._write_schedule_table(schedules)
+        if left_out:
+            self.stdout.write(
+                f"Left out of the evaluations ({len(left_out)}; as this process's code and settings declare them):"
+            )
+            rows = [[p.name, p.check_id, f"{p.origin}: {p.message}"] for p in left_out]
+            for line in format_table(["name", "check", "problem"], rows):
+                self.stdout.write(line)
+
+    def _write_schedule_table(self, schedules: list[ScheduleOverview]) -> None:
         rows = [
             [
                 s.name,

@@ -10,8 +10,10 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils.module_loading import autodiscover_modules
 
+from django_workhorse.checks import schedule_problems_reported_elsewhere
 from django_workhorse.conf import DEFAULT_DRAIN_TIMEOUT, DEFAULT_LEASE
 from django_workhorse.exceptions import WorkerThreadError
+from django_workhorse.scheduler import report_left_out_schedules
 from django_workhorse.worker import Worker
 
 MAX_CONCURRENCY = 100
@@ -66,8 +68,18 @@ def serve_metrics(address: str, port: int) -> None:
 class Command(BaseCommand):
     help = (
         "Run django-workhorse jobs until SIGTERM/SIGINT (or, with --burst, until no job is ready). "
-        "Exits with status 1 if a worker thread died of an unexpected error."
+        "Exits with status 1 if a worker thread died of an unexpected error. A schedule the system checks "
+        "report is left out and logged; the others and every queue still run."
     )
+
+    def check(self, *args: Any, **kwargs: Any) -> None:
+        with schedule_problems_reported_elsewhere():  # handle() reports them, and runs the rest
+            super().check(*args, **kwargs)
+
+    def get_check_kwargs(self, options: dict[str, Any]) -> Any:
+        kwargs = super().get_check_kwargs(options)
+        kwargs["databases"] = [options["database"]]  # the database checks too, of the alias it runs on
+        return kwargs
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--queues", type=queue_list, default=["default"], help="Comma-separated queues.")
@@ -128,6 +140,7 @@ class Command(BaseCommand):
         # Handlers register on import: load every installed app's tasks module, as the web
         # process may import them only from views the worker never loads.
         autodiscover_modules("tasks")
+        report_left_out_schedules()
         listen = database if listen_database is None else (None if listen_database == "none" else listen_database)
         worker = Worker(
             queues=queues,
