@@ -75,7 +75,7 @@ def staged_rate(keyed: bool, batches: int, size: int) -> float:
 
     from django_workhorse import EnqueueOptions, EnqueueRequest, Idempotency
     from django_workhorse.conf import app_settings
-    from django_workhorse.enqueue_api import _prepare_entry
+    from django_workhorse.enqueueing.api import _prepare_entry
     from django_workhorse.sql import enqueue as sql
 
     columns = ", ".join(f"{name} {kind}" for name, kind in sql._REQUEST_COLUMNS)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from django.conf import settings
 from django.db import connection
 
-from django_workhorse.registry import register
+from django_workhorse.tasks.registry import register
 
 if TYPE_CHECKING:
     from django_workhorse.worker import HandlerContext

@@ -142,8 +142,8 @@ def observability(mode: str) -> None:
     from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
     from opentelemetry.util._once import Once
 
-    from django_workhorse import instruments
-    from django_workhorse.metrics import collectors
+    from django_workhorse.observability import instruments
+    from django_workhorse.observability.metrics import collectors
 
     assert mode in OBSERVABILITY_MODES, mode
     instruments._metrics = None if mode == "off" else collectors

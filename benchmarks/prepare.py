@@ -35,7 +35,7 @@ def main() -> None:
     settings.configure(INSTALLED_APPS=["django_workhorse"], USE_TZ=True, DATABASES={})
     django.setup()
     from django_workhorse import Idempotency
-    from django_workhorse.validation import prepare, resolve_options
+    from django_workhorse.enqueueing.validation import prepare, resolve_options
 
     unkeyed = resolve_options(None, {"queue": "billing", "tags": ["a", "b"]})
 

@@ -55,9 +55,9 @@ def main() -> None:
     from django.db import connection
 
     from django_workhorse import Idempotency, enqueue_with_result, register
+    from django_workhorse.enqueueing.validation import prepare, resolve_options
     from django_workhorse.sql import enqueue as enqueue_sql
     from django_workhorse.sql.connection import execute
-    from django_workhorse.validation import prepare, resolve_options
 
     register("noop", lambda payload: None)
     key = Idempotency(uuid.uuid4().hex)

@@ -363,7 +363,7 @@ def worker_loop(seconds: float) -> None:
 def prune_while_working(args: argparse.Namespace) -> None:
     from django.db import connection, connections
 
-    from django_workhorse.maintenance import prune_finished_jobs
+    from django_workhorse.operations.maintenance import prune_finished_jobs
 
     with connection.cursor() as cursor:
         cursor.execute("CREATE EXTENSION IF NOT EXISTS pgstattuple")
@@ -476,7 +476,7 @@ def prune_ab(args: argparse.Namespace) -> None:
     seconds, and the pages the database read or hit meanwhile (pg_stat_database)."""
     from django.db import connection
 
-    from django_workhorse.maintenance import PRUNE_CHUNK, prune_finished_jobs
+    from django_workhorse.operations.maintenance import PRUNE_CHUNK, prune_finished_jobs
     from django_workhorse.sql.keys import _FREE
 
     old = PRUNE_BEFORE_CURSOR.format(free=_FREE.format(now="statement_timestamp()"))

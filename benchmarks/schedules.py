@@ -108,7 +108,7 @@ def forget(scheduler: Any) -> None:
 def reset() -> None:
     from django.db import connection
 
-    from django_workhorse import scheduler
+    from django_workhorse.schedules import evaluation as scheduler
 
     with connection.cursor() as cursor:
         cursor.execute("TRUNCATE workhorse_job, workhorse_schedule CASCADE")
@@ -119,8 +119,9 @@ def reset() -> None:
 def measure_size(size: int, runs: int) -> dict[str, Any]:
     from django.test import override_settings
 
-    from django_workhorse import enqueue_due_schedules, scheduler
+    from django_workhorse import enqueue_due_schedules
     from django_workhorse.models import Job, ScheduleState
+    from django_workhorse.schedules import evaluation as scheduler
     from django_workhorse.sql.connection import execute
 
     reset()

@@ -41,7 +41,7 @@ def main() -> None:
     from django.db import connection
 
     from django_workhorse import Idempotency, RetryPolicy, enqueue, register
-    from django_workhorse.maintenance import prune_expired_bindings, prune_finished_jobs
+    from django_workhorse.operations.maintenance import prune_expired_bindings, prune_finished_jobs
     from django_workhorse.worker import Worker
 
     register("bench.noop", lambda payload: None)

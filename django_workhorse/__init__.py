@@ -31,8 +31,8 @@ from django_workhorse.exceptions import (
     WorkhorseBackendNotConfiguredError,
     WorkhorseError,
 )
-from django_workhorse.retry import RetryPolicy
-from django_workhorse.schedules import Schedule
+from django_workhorse.schedules.definition import Schedule
+from django_workhorse.tasks.retry import RetryPolicy
 from django_workhorse.types import (
     Debounce,
     EnqueueOptions,
@@ -47,9 +47,8 @@ from django_workhorse.types import (
 )
 
 if TYPE_CHECKING:
-    from django_workhorse.actions import cancel, purge, redrive
-    from django_workhorse.effects import Operation, once, once_block
-    from django_workhorse.enqueue_api import (
+    from django_workhorse.effects.ledger import Operation, once, once_block
+    from django_workhorse.enqueueing.api import (
         aenqueue,
         aenqueue_many,
         aenqueue_with_result,
@@ -57,11 +56,12 @@ if TYPE_CHECKING:
         enqueue_many,
         enqueue_with_result,
     )
-    from django_workhorse.maintenance import prune_expired_bindings, prune_expired_effects
-    from django_workhorse.registry import register
-    from django_workhorse.schedule_actions import pause_schedules, resume_schedules, run_schedule_now
-    from django_workhorse.scheduler import enqueue_due_schedules
-    from django_workhorse.tasks import Task, task
+    from django_workhorse.operations.actions import cancel, purge, redrive
+    from django_workhorse.operations.maintenance import prune_expired_bindings, prune_expired_effects
+    from django_workhorse.schedules.actions import pause_schedules, resume_schedules, run_schedule_now
+    from django_workhorse.schedules.evaluation import enqueue_due_schedules
+    from django_workhorse.tasks.decorator import Task, task
+    from django_workhorse.tasks.registry import register
     from django_workhorse.worker import HandlerContext
 
 try:
@@ -72,28 +72,28 @@ except PackageNotFoundError:  # pragma: no cover (running from a source tree)
 # Functions that touch models are imported lazily, so `import django_workhorse` works before
 # Django's app registry is ready (settings modules import it for the value objects).
 _LAZY = {
-    "enqueue": "django_workhorse.enqueue_api",
-    "aenqueue": "django_workhorse.enqueue_api",
-    "aenqueue_with_result": "django_workhorse.enqueue_api",
-    "aenqueue_many": "django_workhorse.enqueue_api",
-    "enqueue_with_result": "django_workhorse.enqueue_api",
-    "enqueue_many": "django_workhorse.enqueue_api",
-    "purge": "django_workhorse.actions",
-    "prune_expired_bindings": "django_workhorse.maintenance",
-    "prune_expired_effects": "django_workhorse.maintenance",
-    "register": "django_workhorse.registry",
-    "enqueue_due_schedules": "django_workhorse.scheduler",
-    "pause_schedules": "django_workhorse.schedule_actions",
-    "resume_schedules": "django_workhorse.schedule_actions",
-    "run_schedule_now": "django_workhorse.schedule_actions",
-    "cancel": "django_workhorse.actions",
-    "redrive": "django_workhorse.actions",
-    "task": "django_workhorse.tasks",
-    "Task": "django_workhorse.tasks",
+    "enqueue": "django_workhorse.enqueueing.api",
+    "aenqueue": "django_workhorse.enqueueing.api",
+    "aenqueue_with_result": "django_workhorse.enqueueing.api",
+    "aenqueue_many": "django_workhorse.enqueueing.api",
+    "enqueue_with_result": "django_workhorse.enqueueing.api",
+    "enqueue_many": "django_workhorse.enqueueing.api",
+    "purge": "django_workhorse.operations.actions",
+    "prune_expired_bindings": "django_workhorse.operations.maintenance",
+    "prune_expired_effects": "django_workhorse.operations.maintenance",
+    "register": "django_workhorse.tasks.registry",
+    "enqueue_due_schedules": "django_workhorse.schedules.evaluation",
+    "pause_schedules": "django_workhorse.schedules.actions",
+    "resume_schedules": "django_workhorse.schedules.actions",
+    "run_schedule_now": "django_workhorse.schedules.actions",
+    "cancel": "django_workhorse.operations.actions",
+    "redrive": "django_workhorse.operations.actions",
+    "task": "django_workhorse.tasks.decorator",
+    "Task": "django_workhorse.tasks.decorator",
     "HandlerContext": "django_workhorse.worker",
-    "once": "django_workhorse.effects",
-    "once_block": "django_workhorse.effects",
-    "Operation": "django_workhorse.effects",
+    "once": "django_workhorse.effects.ledger",
+    "once_block": "django_workhorse.effects.ledger",
+    "Operation": "django_workhorse.effects.ledger",
 }
 
 

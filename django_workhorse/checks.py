@@ -196,7 +196,7 @@ def check_schedules(app_configs: Sequence[AppConfig] | None = None, **kwargs: An
     """
     if _schedules_reported_elsewhere.get():
         return []
-    from django_workhorse.scheduler import left_out_schedules
+    from django_workhorse.schedules.evaluation import left_out_schedules
 
     return [Error(f"Schedule {p.name!r} ({p.origin}): {p.message}.", id=p.check_id) for p in left_out_schedules()]
 

@@ -11,8 +11,8 @@ from django.db import models
 from django.db.models.functions import Length
 
 from django_workhorse import conf
-from django_workhorse.fingerprint import key_digest
-from django_workhorse.key_lifetimes import TERMINAL_JOB_STATUSES
+from django_workhorse.enqueueing.fingerprints import key_digest
+from django_workhorse.enqueueing.key_lifetimes import TERMINAL_JOB_STATUSES
 from django_workhorse.querysets import BindingQuerySet
 from django_workhorse.types import KeyMode
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from django.db import models
 from django.utils import timezone
 
-from django_workhorse.key_lifetimes import FREED_BY, TERMINAL_JOB_STATUSES
+from django_workhorse.enqueueing.key_lifetimes import FREED_BY, TERMINAL_JOB_STATUSES
 
 if TYPE_CHECKING:
     from django_workhorse.models import IdempotencyBinding  # noqa: F401 (named in a string below)

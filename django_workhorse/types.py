@@ -8,7 +8,7 @@ from enum import Enum
 from typing import Any, Literal
 
 from django_workhorse.conf import DEFAULT_MAX_ATTEMPTS
-from django_workhorse.retry import RetryPolicy
+from django_workhorse.tasks.retry import RetryPolicy
 
 JobId = int
 DEFAULT_SCOPE = "default"

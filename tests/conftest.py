@@ -45,7 +45,7 @@ def connect_directly(alias: str = "default", *, autocommit: bool = True) -> psyc
 @contextlib.contextmanager
 def maintenance_held_elsewhere(alias: str = "default") -> Iterator[None]:
     """Hold the maintenance lease from another session (committed) for the block, then delete it."""
-    from django_workhorse.maintenance import MAINTENANCE_LEASE, MAINTENANCE_LEASE_NAME
+    from django_workhorse.operations.maintenance import MAINTENANCE_LEASE, MAINTENANCE_LEASE_NAME
     from django_workhorse.sql.leases import TAKE_LEASE
 
     with connect_directly(alias) as other:
@@ -133,7 +133,7 @@ def example_savepoint() -> Iterator[None]:
 @pytest.fixture
 def task_schedules() -> Iterator[None]:
     """Schedules declared with ``@task(schedule=...)`` inside a test are forgotten after it."""
-    from django_workhorse import schedule_sources
+    from django_workhorse.schedules import sources as schedule_sources
 
     saved = dict(schedule_sources._from_tasks)
     yield

@@ -6,7 +6,7 @@ import factory
 from django.utils import timezone
 
 from django_workhorse.models import Job, JobStatus
-from django_workhorse.retry import DEFAULT_RETRY_POLICY
+from django_workhorse.tasks.retry import DEFAULT_RETRY_POLICY
 
 
 class JobFactory(factory.django.DjangoModelFactory):

@@ -33,10 +33,9 @@ from django_workhorse import (
     enqueue,
     enqueue_with_result,
     redrive,
-    stats,
 )
 from django_workhorse.admin import JSON_DISPLAY_CHARS
-from django_workhorse.fingerprint import key_digest, key_hash
+from django_workhorse.enqueueing.fingerprints import key_digest, key_hash
 from django_workhorse.models import (
     Checkpoint,
     EventKind,
@@ -47,6 +46,7 @@ from django_workhorse.models import (
     Redrive,
     WorkerRecord,
 )
+from django_workhorse.operations import stats
 from tests.factories import JobFactory
 
 pytestmark = pytest.mark.django_db

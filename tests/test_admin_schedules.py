@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from django_workhorse import enqueue_due_schedules, pause_schedules, register, run_schedule_now
 from django_workhorse.models import Job, JobStatus, ScheduleEvent, ScheduleState
-from django_workhorse.schedules import Schedule, ticks
+from django_workhorse.schedules.definition import Schedule, ticks
 from tests.test_admin import (
     DASHBOARD,
     VIEW_PERMS,

@@ -11,8 +11,9 @@ from collections.abc import Iterator
 import pytest
 from django.test import override_settings
 
-from django_workhorse import enqueue, registry
+from django_workhorse import enqueue
 from django_workhorse.models import Job, JobStatus
+from django_workhorse.tasks import registry
 from tests.worker_tasks import run_worker
 
 try:

@@ -30,8 +30,8 @@ from django_workhorse import (
     enqueue_with_result,
 )
 from django_workhorse import sql as workhorse_sql
+from django_workhorse.enqueueing.validation import prepare
 from django_workhorse.models import IdempotencyBinding, Job, JobEvent
-from django_workhorse.validation import prepare
 from tests.conftest import count_rows, race
 
 pytestmark = pytest.mark.django_db(transaction=True)

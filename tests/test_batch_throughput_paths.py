@@ -18,10 +18,10 @@ from django_workhorse import (
     Idempotency,
     enqueue_many,
 )
-from django_workhorse.fingerprint import canonical_json, request_digest
+from django_workhorse.enqueueing.fingerprints import canonical_json, request_digest
+from django_workhorse.enqueueing.validation import prepare
 from django_workhorse.models import IdempotencyBinding, Job, JobEvent
-from django_workhorse.retry import RetryPolicy
-from django_workhorse.validation import prepare
+from django_workhorse.tasks.retry import RetryPolicy
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -19,7 +19,7 @@ from django_workhorse import (
     Throttle,
     Unique,
 )
-from django_workhorse.fingerprint import canonical_json, key_hash
+from django_workhorse.enqueueing.fingerprints import canonical_json, key_hash
 from django_workhorse.models import IdempotencyBinding, Job
 from tests.conftest import count_rows
 

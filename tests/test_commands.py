@@ -18,7 +18,7 @@ from django.utils import timezone
 from django_workhorse import Idempotency, enqueue, once
 from django_workhorse.management.commands.workhorse_worker import Command as WorkerCommand
 from django_workhorse.models import EffectRecord, IdempotencyBinding, Job, JobStatus, WorkerRecord
-from django_workhorse.registry import register
+from django_workhorse.tasks.registry import register
 from tests.conftest import maintenance_held_elsewhere
 from tests.factories import JobFactory
 from tests.worker_tasks import CALLS

@@ -16,9 +16,10 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from django_workhorse import conf, register, schedule_overview
+from django_workhorse import conf, register
 from django_workhorse.models import ScheduleState
-from django_workhorse.schedules import Schedule, next_tick, ticks
+from django_workhorse.schedules import overview as schedule_overview
+from django_workhorse.schedules.definition import Schedule, next_tick, ticks
 from tests.test_admin import DASHBOARD, VIEW_PERMS, body, login
 
 pytestmark = pytest.mark.django_db

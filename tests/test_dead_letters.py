@@ -15,8 +15,8 @@ from django_workhorse import (
     enqueue,
     redrive,
 )
-from django_workhorse.maintenance import run_maintenance
 from django_workhorse.models import Checkpoint, Job, JobEvent, JobStatus, Redrive, WorkerRecord
+from django_workhorse.operations.maintenance import run_maintenance
 from tests.worker_tasks import CALLS, make_worker, run_worker, running, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)

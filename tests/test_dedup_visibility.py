@@ -20,9 +20,11 @@ from django.core.management.base import CommandError
 from django.test import Client
 from django.utils import timezone
 
-from django_workhorse import EnqueueIdempotencyConflictError, Idempotency, Unique, enqueue, keyed_rates, stats
+from django_workhorse import EnqueueIdempotencyConflictError, Idempotency, Unique, enqueue
 from django_workhorse.admin import dashboard
 from django_workhorse.models import IdempotencyBinding, Job, JobStatus
+from django_workhorse.observability import keyed_rates
+from django_workhorse.operations import stats
 from tests.processes import ROOT, subprocess_database_url
 from tests.worker_tasks import wait_for
 

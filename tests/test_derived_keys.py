@@ -26,7 +26,7 @@ from django_workhorse import (
     Unique,
     task,
 )
-from django_workhorse.fingerprint import derived_key as library_derived_key
+from django_workhorse.enqueueing.fingerprints import derived_key as library_derived_key
 from django_workhorse.models import IdempotencyBinding, Job, JobStatus
 from tests.conftest import count_rows
 from tests.worker_tasks import run_worker

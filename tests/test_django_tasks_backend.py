@@ -49,10 +49,10 @@ from django_workhorse import (
     enqueue,
 )
 from django_workhorse.conf import MAX_JSON_DEPTH
+from django_workhorse.enqueueing.fingerprints import derived_key
 from django_workhorse.exceptions import DjangoTaskNotFoundError, WorkhorseBackendNotConfiguredError, WorkhorseError
-from django_workhorse.fingerprint import derived_key
 from django_workhorse.models import Job, JobEvent, JobStatus
-from django_workhorse.registry import Handler, get_handler
+from django_workhorse.tasks.registry import Handler, get_handler
 from django_workhorse.testing import eager, run_job
 from tests.conftest import connect_directly
 from tests.values import as_stored, nested, read_back
@@ -943,7 +943,7 @@ def test_a_failing_task_is_failed_after_max_attempts_with_one_error_per_attempt(
 
 @pytest.mark.django_db(transaction=True)
 def test_a_worker_without_the_handler_registered_resolves_it(monkeypatch):
-    from django_workhorse import registry
+    from django_workhorse.tasks import registry
 
     monkeypatch.setattr(registry, "_handlers", {})  # as in a fresh worker process
     result = add.enqueue(20, 22)

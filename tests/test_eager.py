@@ -24,7 +24,7 @@ from django_workhorse import (
     enqueue_with_result,
 )
 from django_workhorse.models import Job, JobEvent, JobStatus
-from django_workhorse.registry import register
+from django_workhorse.tasks.registry import register
 from django_workhorse.testing import eager, run_job, run_jobs
 from tests.worker_tasks import CALLS
 

@@ -24,13 +24,13 @@ from django_workhorse import (
     once,
     once_block,
 )
-from django_workhorse.effects import DEFAULT_EFFECT_RETENTION
-from django_workhorse.fingerprint import key_digest, key_hash, key_preview
-from django_workhorse.maintenance import prune_expired_effects, run_maintenance
+from django_workhorse.effects.ledger import DEFAULT_EFFECT_RETENTION
+from django_workhorse.enqueueing.fingerprints import key_digest, key_hash, key_preview
 from django_workhorse.models import EffectRecord, Job, JobStatus
-from django_workhorse.registry import register
-from django_workhorse.retry import RetryPolicy
+from django_workhorse.operations.maintenance import prune_expired_effects, run_maintenance
 from django_workhorse.sql.claims import ClaimedJob
+from django_workhorse.tasks.registry import register
+from django_workhorse.tasks.retry import RetryPolicy
 from tests.conftest import connect_directly, race
 from tests.worker_tasks import run_worker, wait_for
 

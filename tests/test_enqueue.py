@@ -20,7 +20,7 @@ from django_workhorse import (
     enqueue_many,
     enqueue_with_result,
 )
-from django_workhorse.fingerprint import key_digest, key_hash, key_preview
+from django_workhorse.enqueueing.fingerprints import key_digest, key_hash, key_preview
 from django_workhorse.models import EventKind, IdempotencyBinding, Job, JobStatus
 from tests.conftest import count_rows
 

@@ -9,7 +9,7 @@ from decimal import Decimal
 
 import pytest
 
-from django_workhorse.fingerprint import (
+from django_workhorse.enqueueing.fingerprints import (
     canonical_json,
     differing_fields,
     digest_fields,

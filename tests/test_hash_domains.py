@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from django_workhorse import once
-from django_workhorse.fingerprint import http_key_hash, key_hash
+from django_workhorse.enqueueing.fingerprints import http_key_hash, key_hash
 from tests.http_views import CONTROL
 from tests.test_http_idempotency import BOOK, Client, client_, new_key, session_cookie
 

@@ -22,10 +22,10 @@ from django.contrib.sessions.backends.db import SessionStore
 from django.db import connection
 
 from django_workhorse import conf
-from django_workhorse.actions import release_effects
 from django_workhorse.exceptions import IdempotentViewError
 from django_workhorse.http import RequestIdempotency, idempotency_of, idempotent
 from django_workhorse.models import EffectRecord, Job
+from django_workhorse.operations.actions import release_effects
 from example_project.shop.models import Order
 from tests.http_views import CONTROL
 from tests.test_admin import action_choices, confirm, post_action

@@ -30,9 +30,9 @@ from django_workhorse import (
     redrive,
 )
 from django_workhorse import sql as workhorse_sql
-from django_workhorse.maintenance import prune_expired_bindings, prune_finished_jobs
+from django_workhorse.enqueueing.validation import prepare
 from django_workhorse.models import TERMINAL_STATUSES, IdempotencyBinding, Job, JobEvent, JobStatus
-from django_workhorse.validation import prepare
+from django_workhorse.operations.maintenance import prune_expired_bindings, prune_finished_jobs
 from django_workhorse.worker.execution import Outcome, record
 from tests.conftest import connect_directly, count_rows, race
 from tests.worker_tasks import CALLS, run_worker, wait_for

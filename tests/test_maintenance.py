@@ -11,8 +11,8 @@ from django.core.management import call_command
 from django.db import connection
 
 from django_workhorse import EnqueueOutcome, Idempotency, WorkhorseError, enqueue, enqueue_with_result, purge
-from django_workhorse.maintenance import prune_expired_bindings, prune_finished_jobs, run_maintenance
 from django_workhorse.models import IdempotencyBinding, Job, JobEvent, JobStatus
+from django_workhorse.operations.maintenance import prune_expired_bindings, prune_finished_jobs, run_maintenance
 from tests.conftest import maintenance_held_elsewhere
 from tests.factories import JobFactory
 

@@ -362,7 +362,9 @@ class Absent(importlib.abc.MetaPathFinder):
 sys.meta_path.insert(0, Absent())
 import django
 django.setup()
-from django_workhorse import Idempotency, enqueue, instruments, tracing
+from django_workhorse import Idempotency, enqueue
+from django_workhorse.observability import instruments
+from django_workhorse.observability import tracing
 from django_workhorse.models import Job
 assert instruments._metrics is None and not tracing.INSTALLED
 first = enqueue("tests.record", {"n": 1}, idempotency=Idempotency("absent-1"))
@@ -372,7 +374,7 @@ stats = run_worker()
 job = Job.objects.get(pk=first)
 assert (job.status, job.trace_context) == ("succeeded", None), stats
 try:
-    import django_workhorse.metrics.urls
+    import django_workhorse.observability.metrics.urls
 except Exception as exc:
     print(type(exc).__name__, exc)
 from django.core.management import call_command
@@ -395,13 +397,13 @@ def test_everything_works_without_the_extras_installed():
         [sys.executable, "-c", BLOCKED], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0, done.stderr
-    assert "ImproperlyConfigured django_workhorse.metrics needs prometheus-client" in done.stdout
+    assert "ImproperlyConfigured django_workhorse.observability.metrics needs prometheus-client" in done.stdout
     assert "CommandError --metrics-port needs prometheus-client" in done.stdout
 
 
 @pytest.fixture
 def gauges() -> Iterator[Any]:
-    from django_workhorse.metrics.views import GAUGES
+    from django_workhorse.observability.metrics.views import GAUGES
 
     ttl = GAUGES.ttl
     GAUGES.ttl = 3600.0  # a period no test outlasts: a test says when it is over (forget)
@@ -585,7 +587,7 @@ def test_worker_and_enqueue_log_records_carry_the_jobs_fields(caplog):
 def test_while_the_database_cannot_be_read_the_counters_are_served_without_the_gauges(scraper, gauges, monkeypatch):
     from django.db import DatabaseError
 
-    from django_workhorse.metrics import gauges as gauges_module
+    from django_workhorse.observability.metrics import gauges as gauges_module
     from tests.factories import JobFactory
 
     JobFactory(queue="g-down")

@@ -14,8 +14,8 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from django_workhorse import sql
-from django_workhorse.fingerprint import key_digest
-from django_workhorse.key_lifetimes import FREED_BY, TERMINAL_JOB_STATUSES
+from django_workhorse.enqueueing.fingerprints import key_digest
+from django_workhorse.enqueueing.key_lifetimes import FREED_BY, TERMINAL_JOB_STATUSES
 from django_workhorse.models import (
     TERMINAL_STATUSES,
     Checkpoint,

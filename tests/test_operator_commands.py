@@ -18,7 +18,6 @@ from django.utils import timezone
 from django_workhorse import (
     EnqueueOutcome,
     Idempotency,
-    actions,
     enqueue,
     enqueue_due_schedules,
     enqueue_with_result,
@@ -28,7 +27,8 @@ from django_workhorse import (
 )
 from django_workhorse.management.commands.workhorse_status import format_table, human_age
 from django_workhorse.models import IdempotencyBinding, Job, JobEvent, JobStatus, Redrive, ScheduleState, WorkerRecord
-from django_workhorse.schedules import Schedule, next_tick
+from django_workhorse.operations import actions
+from django_workhorse.schedules.definition import Schedule, next_tick
 from tests.factories import JobFactory
 
 pytestmark = pytest.mark.django_db

@@ -37,9 +37,9 @@ from django_workhorse import (
 )
 from django_workhorse import sql as workhorse_sql
 from django_workhorse.http import idempotent
-from django_workhorse.maintenance import MAINTENANCE_LEASE_NAME, run_maintenance
 from django_workhorse.models import Job, JobStatus, Lease
-from django_workhorse.scheduler import enqueue_due_schedules
+from django_workhorse.operations.maintenance import MAINTENANCE_LEASE_NAME, run_maintenance
+from django_workhorse.schedules.evaluation import enqueue_due_schedules
 from django_workhorse.worker import Worker
 from tests.conftest import race
 from tests.pgbouncer import POOLED, POOLED_SINGLE, PgBouncer

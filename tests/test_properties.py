@@ -23,7 +23,6 @@ from hypothesis import strategies as st
 
 import django_workhorse
 from django_workhorse import Debounce, EnqueueRequest, Idempotency, Throttle, Unique, once, task
-from django_workhorse.actions import cancel, purge, redrive, release_bindings, run_now
 from django_workhorse.conf import MAX_ID, MAX_JSON_DEPTH
 from django_workhorse.exceptions import (
     EffectValidationError,
@@ -32,6 +31,7 @@ from django_workhorse.exceptions import (
     JobDoesNotExist,
 )
 from django_workhorse.models import Job
+from django_workhorse.operations.actions import cancel, purge, redrive, release_bindings, run_now
 from tests.conftest import count_rows, example_savepoint
 from tests.values import as_stored, nested, read_back
 

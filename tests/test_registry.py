@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from django_workhorse import registry
 from django_workhorse.exceptions import HandlerNotRegisteredError
-from django_workhorse.registry import Handler, get_handler, register
+from django_workhorse.tasks import registry
+from django_workhorse.tasks.registry import Handler, get_handler, register
 
 
 @pytest.fixture(autouse=True)

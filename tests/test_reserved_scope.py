@@ -28,8 +28,8 @@ from django_workhorse import (
     task,
 )
 from django_workhorse.models import IdempotencyBinding, Job, ScheduleState
-from django_workhorse.schedule_actions import RUN_NOW_KEY_SCOPE, RUN_NOW_KEY_TTL, run_now_key
-from django_workhorse.schedules import TICK_KEY_SCOPE, tick_key
+from django_workhorse.schedules.actions import RUN_NOW_KEY_SCOPE, RUN_NOW_KEY_TTL, run_now_key
+from django_workhorse.schedules.definition import TICK_KEY_SCOPE, tick_key
 
 pytestmark = pytest.mark.django_db
 

@@ -9,8 +9,8 @@ import pytest
 from django.db import connections, transaction
 
 from django_workhorse import Idempotency, enqueue, sql
-from django_workhorse.maintenance import prune_finished_jobs
 from django_workhorse.models import Job, JobStatus
+from django_workhorse.operations.maintenance import prune_finished_jobs
 from tests.factories import JobFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)

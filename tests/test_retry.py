@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 
 from django_workhorse.conf import MAX_ATTEMPTS
-from django_workhorse.retry import DEFAULT_RETRY_POLICY, RetryPolicy
+from django_workhorse.tasks.retry import DEFAULT_RETRY_POLICY, RetryPolicy
 
 NO_JITTER = RetryPolicy(jitter=0.0)
 

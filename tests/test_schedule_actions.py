@@ -21,7 +21,7 @@ from django_workhorse import (
     run_schedule_now,
 )
 from django_workhorse.models import Job, JobStatus, ScheduleEvent, ScheduleState
-from django_workhorse.schedule_actions import RUN_NOW_KEY_SCOPE, run_now_key
+from django_workhorse.schedules.actions import RUN_NOW_KEY_SCOPE, run_now_key
 from django_workhorse.testing import eager
 from tests.conftest import race
 

@@ -14,7 +14,7 @@ from django.test import override_settings
 from django_workhorse import Schedule, conf, register
 from django_workhorse.checks import check_schedules
 from django_workhorse.exceptions import ScheduleDefinitionError
-from django_workhorse.schedules import next_tick, ticks
+from django_workhorse.schedules.definition import next_tick, ticks
 
 UTC = timezone.utc
 TASK = "tests.schedule_bounds.tick"
@@ -137,7 +137,7 @@ def test_daily_cron_ticks_from_year_1_and_through_the_millennia_are_local_midnig
 
 
 def test_a_tick_whose_local_time_is_past_year_9999_is_shown_in_utc():
-    from django_workhorse.schedule_overview import local_time
+    from django_workhorse.schedules.overview import local_time
 
     last = datetime(9999, 12, 31, 19, 0, tzinfo=timezone.utc)
     assert local_time(last, "Pacific/Kiritimati") == last  # 10000-01-01 09:00 there

@@ -9,8 +9,8 @@ import pytest
 from django.test import override_settings
 
 from django_workhorse import Schedule, register, task
-from django_workhorse import schedule_sources as sources
 from django_workhorse.checks import check_schedules
+from django_workhorse.schedules import sources
 
 TASK = "tests.schedule_checks.tick"
 

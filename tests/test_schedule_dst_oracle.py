@@ -17,7 +17,7 @@ from functools import cache
 
 import pytest
 
-from django_workhorse.schedules import Schedule, next_tick, ticks
+from django_workhorse.schedules.definition import Schedule, next_tick, ticks
 
 UTC = timezone.utc
 MINUTE = timedelta(minutes=1)

@@ -51,7 +51,7 @@ def refused(call: Callable[[], object]) -> InvalidArgumentError:
 
 
 def test_now_is_refused_one_microsecond_past_the_tolerance_and_accepted_at_it():
-    from django_workhorse.scheduler import FUTURE_NOW_TOLERANCE, check_now
+    from django_workhorse.schedules.evaluation import FUTURE_NOW_TOLERANCE, check_now
 
     clock = datetime(2026, 6, 1, 12, 0, tzinfo=timezone.utc)
     assert check_now(clock + FUTURE_NOW_TOLERANCE, clock) == clock + FUTURE_NOW_TOLERANCE

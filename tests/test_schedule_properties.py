@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from django_workhorse import Schedule, enqueue_due_schedules, register
 from django_workhorse.models import Job
-from django_workhorse.schedules import SKIP_GRACE, ticks
+from django_workhorse.schedules.definition import SKIP_GRACE, ticks
 from tests.conftest import example_savepoint
 
 # A property test's time depends on the examples drawn (how many evaluations, over how many ticks):

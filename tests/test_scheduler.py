@@ -18,9 +18,9 @@ from django.db import connection
 from django.test import override_settings
 
 from django_workhorse import EnqueueOutcome, Schedule, enqueue, enqueue_due_schedules, register, task
-from django_workhorse import schedule_sources as sources
 from django_workhorse.models import IdempotencyBinding, Job, JobStatus, ScheduleState
-from django_workhorse.schedules import TICK_KEY_SCOPE
+from django_workhorse.schedules import sources
+from django_workhorse.schedules.definition import TICK_KEY_SCOPE
 from django_workhorse.testing import eager
 from tests.conftest import race
 from tests.processes import subprocess_database_url
@@ -520,7 +520,7 @@ def test_a_worker_evaluates_the_schedules_unless_told_not_to():
 
 @pytest.mark.django_db(transaction=True)
 def test_an_evaluation_that_fails_does_not_stop_the_worker(monkeypatch, caplog):
-    from django_workhorse import scheduler
+    from django_workhorse.schedules import evaluation as scheduler
     from tests.worker_tasks import make_worker, running, wait_for
 
     calls: list[int] = []
@@ -540,7 +540,12 @@ def test_an_evaluation_that_fails_does_not_stop_the_worker(monkeypatch, caplog):
 
 @pytest.mark.parametrize(
     "module",
-    ["django_workhorse.scheduler", "django_workhorse.enqueue_api", "django_workhorse.eager", "django_workhorse.worker"],
+    [
+        "django_workhorse.schedules.evaluation",
+        "django_workhorse.enqueueing.api",
+        "django_workhorse.enqueueing.eager",
+        "django_workhorse.worker",
+    ],
 )
 def test_each_module_imports_first_in_a_fresh_process(module):
     code = f"import django; django.setup(); import {module}"

@@ -9,7 +9,15 @@ import pytest
 
 from django_workhorse import conf
 from django_workhorse.exceptions import InvalidArgumentError, ScheduleDefinitionError
-from django_workhorse.schedules import TICK_KEY_SCOPE, Schedule, due_ticks, horizon, tick_key, tick_key_ttl, ticks
+from django_workhorse.schedules.definition import (
+    TICK_KEY_SCOPE,
+    Schedule,
+    due_ticks,
+    horizon,
+    tick_key,
+    tick_key_ttl,
+    ticks,
+)
 
 UTC = timezone.utc
 

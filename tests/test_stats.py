@@ -7,8 +7,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from django_workhorse import stats
 from django_workhorse.models import JobStatus, WorkerRecord
+from django_workhorse.operations import stats
 from tests.factories import JobFactory
 
 pytestmark = pytest.mark.django_db

@@ -24,11 +24,11 @@ from django_workhorse import (
     Unique,
     once,
 )
-from django_workhorse.actions import cancel, purge, redrive, release_bindings, run_now
 from django_workhorse.conf import MAX_ID, MAX_JSON_DEPTH
+from django_workhorse.enqueueing.storable import json_depth, storable_text
 from django_workhorse.exceptions import EffectValidationError, InvalidArgumentError, JobDoesNotExist
 from django_workhorse.models import JOB_DEADLINE_CHECK, JOB_RUN_AT_CHECK, EffectRecord, Job
-from django_workhorse.storable import json_depth, storable_text
+from django_workhorse.operations.actions import cancel, purge, redrive, release_bindings, run_now
 from tests.conftest import count_rows
 from tests.values import nested
 

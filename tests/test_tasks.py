@@ -8,8 +8,8 @@ import pytest
 
 from django_workhorse import EnqueueOutcome, EnqueueResult, Idempotency, enqueue, task
 from django_workhorse.models import Job, JobStatus
-from django_workhorse.registry import get_handler, register
-from django_workhorse.tasks import Task
+from django_workhorse.tasks.decorator import Task
+from django_workhorse.tasks.registry import get_handler, register
 from tests import worker_tasks
 from tests.conftest import count_rows
 from tests.worker_tasks import CALLS, add, annotated, greet, keywords_only, run_worker, spread

@@ -12,7 +12,7 @@ import pytest
 
 from django_workhorse import enqueue
 from django_workhorse.models import Job
-from django_workhorse.tracing import MAX_TRACESTATE_CHARS
+from django_workhorse.observability.tracing import MAX_TRACESTATE_CHARS
 from tests.test_tracing import named, spans  # noqa: F401 (the fixture)
 from tests.worker_tasks import run_worker
 

@@ -300,7 +300,9 @@ def test_a_broken_span_processor_fails_neither_enqueue_nor_the_attempt(spans, on
     run_worker(queues=["t-broken"])
 
     assert Job.objects.get(pk=first).status == "succeeded"
-    logged = {r.getMessage().split(" id=")[0] for r in caplog.records if r.name == "django_workhorse.tracing"}
+    logged = {
+        r.getMessage().split(" id=")[0] for r in caplog.records if r.name == "django_workhorse.observability.tracing"
+    }
     if on == "start":
         assert logged == {
             "Starting the enqueue's span failed; enqueueing without it",

@@ -22,7 +22,7 @@ from django_workhorse import EnqueueOptions, EnqueueRequest, RetryPolicy, enqueu
 from django_workhorse import sql as workhorse_sql
 from django_workhorse.exceptions import LeaseLostError
 from django_workhorse.models import JOB_READY_IDX, Checkpoint, Job, JobEvent, JobStatus
-from django_workhorse.registry import register
+from django_workhorse.tasks.registry import register
 from django_workhorse.worker import HandlerContext, Worker
 from tests.conftest import connect_directly
 from tests.factories import JobFactory

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from django_workhorse import RetryPolicy, enqueue
 from django_workhorse.models import Job, JobStatus
-from django_workhorse.registry import register
+from django_workhorse.tasks.registry import register
 from tests.values import nested
 from tests.worker_tasks import CALLS, NotTextError, UnprintableError, run_worker
 

@@ -6,5 +6,5 @@ from django.urls import include, path
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("http/", include("tests.http_urls")),
-    path("metrics/", include("django_workhorse.metrics.urls")),
+    path("metrics/", include("django_workhorse.observability.metrics.urls")),
 ]

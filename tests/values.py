@@ -6,7 +6,7 @@ import json
 from decimal import Decimal
 from typing import Any
 
-from django_workhorse.fingerprint import canonical_json
+from django_workhorse.enqueueing.fingerprints import canonical_json
 
 
 def nested(depth: int, leaf: Any = 1) -> Any:

@@ -17,8 +17,8 @@ from typing import Any, TypeVar
 
 from django.db import connection
 
-from django_workhorse.registry import register
-from django_workhorse.tasks import task
+from django_workhorse.tasks.decorator import task
+from django_workhorse.tasks.registry import register
 from django_workhorse.worker import HandlerContext, Worker, WorkerStats
 
 T = TypeVar("T")

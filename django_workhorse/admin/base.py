@@ -19,7 +19,7 @@ from django.db.models import ForeignKey, IntegerField, Model, Q, QuerySet
 from django.http import HttpRequest, QueryDict
 
 from django_workhorse import conf
-from django_workhorse.storable import check_text
+from django_workhorse.enqueueing.storable import check_text
 
 INTEGER = re.compile(r"[+-]?[0-9]{1,20}")
 # Lookups whose values are numbers of the field's type (``in`` takes a comma-separated list).

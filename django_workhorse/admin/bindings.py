@@ -22,11 +22,11 @@ from django.utils.html import format_html
 from django.views.decorators.debug import sensitive_post_parameters
 
 from django_workhorse import conf
-from django_workhorse.actions import release_bindings
-from django_workhorse.fingerprint import key_hash
+from django_workhorse.enqueueing.fingerprints import key_hash
+from django_workhorse.enqueueing.storable import check_text
 from django_workhorse.models import HashedKey, IdempotencyBinding
+from django_workhorse.operations.actions import release_bindings
 from django_workhorse.querysets import free_binding_q
-from django_workhorse.storable import check_text
 
 from .base import ReadOnlyAdmin, YesNoFilter, actor, has_permission
 from .confirmation import Preview, confirm, confirmed_request_id

@@ -11,7 +11,9 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.utils import timezone
 
-from django_workhorse import instruments, keyed_rates, schedule_overview, stats
+from django_workhorse.observability import instruments, keyed_rates
+from django_workhorse.operations import stats
+from django_workhorse.schedules import overview as schedule_overview
 
 from .display import error_head, error_summary
 

@@ -15,10 +15,10 @@ from django.db.models.functions import Left
 from django.http import HttpRequest, HttpResponse
 from django.urls import URLPattern, path
 
-from django_workhorse import stats
-from django_workhorse.actions import cancel, purge, purgeable, redrive, run_now
 from django_workhorse.exceptions import WorkhorseError
 from django_workhorse.models import Checkpoint, EventKind, IdempotencyBinding, Job, JobEvent, JobStatus, Redrive
+from django_workhorse.operations import stats
+from django_workhorse.operations.actions import cancel, purge, purgeable, redrive, run_now
 
 from .base import ReadOnlyAdmin, YesNoFilter, actor, has_permission, parse_id
 from .bindings import digest_prefix_filter

@@ -13,8 +13,8 @@ from django.db.models import BooleanField, ExpressionWrapper, F, Func, IntegerFi
 from django.db.models.functions import Now
 from django.http import HttpRequest, HttpResponse
 
-from django_workhorse.actions import release_effects
 from django_workhorse.models import EffectRecord
+from django_workhorse.operations.actions import release_effects
 
 from .base import ReadOnlyAdmin, YesNoFilter, has_permission
 from .bindings import digest_prefix_filter

@@ -18,10 +18,10 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
-from django_workhorse import schedule_overview
 from django_workhorse.exceptions import WorkhorseError
 from django_workhorse.models import ScheduleEvent, ScheduleState
-from django_workhorse.schedule_actions import pause_schedules, resume_schedules, run_schedule_now
+from django_workhorse.schedules import overview as schedule_overview
+from django_workhorse.schedules.actions import pause_schedules, resume_schedules, run_schedule_now
 
 from .base import ReadOnlyAdmin, actor, has_permission
 from .confirmation import Preview, confirm, confirmed_request_id

@@ -16,7 +16,7 @@ from django.core import checks
 from django.db import router
 from django.utils import timezone
 
-from django_workhorse import conf, eager
+from django_workhorse import conf
 from django_workhorse.backends._framework import (
     BaseTaskBackend,
     InvalidTask,
@@ -29,11 +29,12 @@ from django_workhorse.backends._framework import (
 from django_workhorse.backends.request import build_request, static_options
 from django_workhorse.backends.results import WorkhorseTaskResult, mark_accepted, new_result, read_result
 from django_workhorse.backends.task import WorkhorseTask
+from django_workhorse.enqueueing import eager
+from django_workhorse.enqueueing.storable import json_depth
+from django_workhorse.enqueueing.validation import MODE_OPTIONS, check_options
 from django_workhorse.exceptions import EnqueueValidationError
-from django_workhorse.retry import RetryPolicy
-from django_workhorse.storable import json_depth
+from django_workhorse.tasks.retry import RetryPolicy
 from django_workhorse.types import EnqueueOptions, EnqueueOutcome, EnqueueResult, JobId
-from django_workhorse.validation import MODE_OPTIONS, check_options
 
 # Backend OPTIONS: the workhorse defaults of every task of the backend, and the database alias.
 OPTION_NAMES = ("database", "max_attempts", "retry_policy", "timeout")
@@ -106,7 +107,7 @@ class WorkhorseBackend(BaseTaskBackend):
         an option out of workhorse's bounds, ``TypeError`` for arguments that are not JSON, and
         ``EnqueueIdempotencyConflictError`` when a live key was given a different request.
         """
-        from django_workhorse.enqueue_api import enqueue_with_result
+        from django_workhorse.enqueueing.api import enqueue_with_result
 
         self.validate_task(task)
         # Django normalizes the arguments recursively: refuse nesting past the bound before it does.

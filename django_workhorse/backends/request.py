@@ -11,9 +11,9 @@ from typing import Any
 
 from django_workhorse.backends._framework import Task, normalize_json
 from django_workhorse.backends.task import WorkhorseTask
-from django_workhorse.call_keys import call_key
+from django_workhorse.enqueueing.call_keys import call_key
+from django_workhorse.enqueueing.validation import MODE_OPTIONS
 from django_workhorse.types import EnqueueOptions, Unique
-from django_workhorse.validation import MODE_OPTIONS
 
 # The options a WorkhorseTask passes on as they are (None: the backend's default).
 JOB_OPTIONS = ("concurrency_limit", "max_attempts", "retry_policy", "timeout", "deadline")

@@ -29,7 +29,7 @@ from django_workhorse.backends._framework import (
 from django_workhorse.backends.backend import WorkhorseBackend
 from django_workhorse.backends.results import FAILED, SUCCESSFUL, WorkhorseTaskResult, import_task, may_import
 from django_workhorse.exceptions import DjangoTaskNotFoundError, WorkhorseBackendNotConfiguredError
-from django_workhorse.registry import Handler, add_resolver
+from django_workhorse.tasks.registry import Handler, add_resolver
 
 if TYPE_CHECKING:
     from django_workhorse.worker.context import HandlerContext

@@ -15,11 +15,11 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django_workhorse.backends._framework import InvalidTask, Task, normalize_json
-from django_workhorse.call_keys import checked_derived_key
-from django_workhorse.retry import RetryPolicy
-from django_workhorse.signatures import bind_call
+from django_workhorse.enqueueing.call_keys import checked_derived_key
+from django_workhorse.enqueueing.validation import MODE_OPTIONS
+from django_workhorse.tasks.retry import RetryPolicy
+from django_workhorse.tasks.signatures import bind_call
 from django_workhorse.types import Debounce, Idempotency, Throttle, Unique
-from django_workhorse.validation import MODE_OPTIONS
 
 if TYPE_CHECKING:
     _TaskBase = Task[..., Any]

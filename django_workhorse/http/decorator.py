@@ -23,8 +23,9 @@ from django.http import HttpResponseBase
 
 from django_workhorse import conf, sql
 from django_workhorse.conf import app_settings
+from django_workhorse.enqueueing.fingerprints import canonical_json
+from django_workhorse.enqueueing.validation import check_duration, check_key_text
 from django_workhorse.exceptions import IdempotencyKeyError, IdempotentViewError, KeyNotSettledError
-from django_workhorse.fingerprint import canonical_json
 from django_workhorse.http import fingerprints, placement, responses
 from django_workhorse.http.keys import (
     ANONYMOUS_OWNER,
@@ -36,7 +37,6 @@ from django_workhorse.http.keys import (
 )
 from django_workhorse.models import EffectRecord
 from django_workhorse.sql.http_records import HttpRecord, RecordKey
-from django_workhorse.validation import check_duration, check_key_text
 
 logger = logging.getLogger(__name__)
 

@@ -16,8 +16,13 @@ from urllib.parse import parse_qsl
 from django.conf import settings
 from django.http.request import RawPostDataException
 
+from django_workhorse.enqueueing.fingerprints import (
+    FIELD_DIGEST_HEX_CHARS,
+    canonical_json,
+    field_digest,
+    request_digest,
+)
 from django_workhorse.exceptions import IdempotentViewError
-from django_workhorse.fingerprint import FIELD_DIGEST_HEX_CHARS, canonical_json, field_digest, request_digest
 
 PARTS = ("method", "route", "arguments", "query", "content_type", "body")
 FORM = "application/x-www-form-urlencoded"

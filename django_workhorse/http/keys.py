@@ -8,8 +8,8 @@ from datetime import timedelta
 from typing import Any
 
 from django_workhorse import conf
+from django_workhorse.enqueueing.fingerprints import derived_http_key, http_key_hash, key_digest, key_preview
 from django_workhorse.exceptions import IdempotencyKeyError, IdempotentViewError
-from django_workhorse.fingerprint import derived_http_key, http_key_hash, key_digest, key_preview
 from django_workhorse.sql.http_records import RecordKey
 from django_workhorse.types import Idempotency
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from django_workhorse.fingerprint import DIGEST_HEX_CHARS
+from django_workhorse.enqueueing.fingerprints import DIGEST_HEX_CHARS
 from django_workhorse.models import JOB_ID_SEQUENCE
 from django_workhorse.sql.connection import execute
 

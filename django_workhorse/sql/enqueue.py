@@ -11,8 +11,8 @@ from typing import Any
 
 from django.db import connections
 
+from django_workhorse.enqueueing.prepared import PreparedJob
 from django_workhorse.models import JOB_ID_SEQUENCE
-from django_workhorse.prepared import PreparedJob
 from django_workhorse.sql.connection import execute
 from django_workhorse.sql.keys import _BINDING_COLUMNS, _FREE, _JOB_STATE
 

@@ -7,7 +7,7 @@ Whether a binding still owns its key is defined once, as data (``key_lifetimes.F
 
 from __future__ import annotations
 
-from django_workhorse.key_lifetimes import FREED_BY, TERMINAL_JOB_STATUSES, FreedBy
+from django_workhorse.enqueueing.key_lifetimes import FREED_BY, TERMINAL_JOB_STATUSES, FreedBy
 
 _TERMINAL = "(" + ", ".join(f"'{status}'" for status in TERMINAL_JOB_STATUSES) + ")"
 

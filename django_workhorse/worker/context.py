@@ -12,6 +12,7 @@ from typing import TypeVar
 
 from django_workhorse import sql
 from django_workhorse.conf import app_settings
+from django_workhorse.enqueueing.storable import check_json, check_text
 from django_workhorse.exceptions import (
     AttemptTimeoutError,
     CheckpointNotStorableError,
@@ -19,7 +20,6 @@ from django_workhorse.exceptions import (
     JobCancelledError,
     LeaseLostError,
 )
-from django_workhorse.storable import check_json, check_text
 
 T = TypeVar("T")
 MAX_STEP_CHARS = 200

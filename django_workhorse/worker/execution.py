@@ -10,18 +10,19 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from django_workhorse import sql, tracing
+from django_workhorse import sql
 from django_workhorse.conf import app_settings
+from django_workhorse.enqueueing.storable import check_json, storable_text
 from django_workhorse.exceptions import (
     AttemptTimeoutError,
     JobCancelledError,
     LeaseLostError,
     ResultNotStorableError,
 )
-from django_workhorse.log_fields import job_fields
-from django_workhorse.registry import get_handler
-from django_workhorse.retry import RetryPolicy
-from django_workhorse.storable import check_json, storable_text
+from django_workhorse.observability import tracing
+from django_workhorse.observability.log_fields import job_fields
+from django_workhorse.tasks.registry import get_handler
+from django_workhorse.tasks.retry import RetryPolicy
 from django_workhorse.worker.context import HandlerContext
 
 logger = logging.getLogger(__name__)

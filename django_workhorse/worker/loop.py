@@ -19,11 +19,12 @@ from datetime import timedelta
 
 from django.db import DatabaseError, close_old_connections, connections
 
-from django_workhorse import instruments, sql
+from django_workhorse import sql
 from django_workhorse.conf import DEFAULT_DRAIN_TIMEOUT, DEFAULT_LEASE, app_settings
 from django_workhorse.exceptions import WorkerThreadError
-from django_workhorse.log_fields import job_fields, job_ids
-from django_workhorse.maintenance import run_maintenance
+from django_workhorse.observability import instruments
+from django_workhorse.observability.log_fields import job_fields, job_ids
+from django_workhorse.operations.maintenance import run_maintenance
 from django_workhorse.types import EnqueueOutcome
 from django_workhorse.worker.context import HandlerContext
 from django_workhorse.worker.execution import Outcome, execute, failure
@@ -336,7 +337,7 @@ class Worker:
         # Every worker evaluates; the tick keys make one job per tick. An evaluation that fails is
         # logged and the next one (an interval later) covers its window. Imported here: the
         # scheduler enqueues, and enqueue (eager mode) imports the worker.
-        from django_workhorse import scheduler
+        from django_workhorse.schedules import evaluation as scheduler
 
         while not self._stopping.is_set():
             started = time.monotonic()

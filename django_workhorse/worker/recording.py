@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from django.db import connections
 
-from django_workhorse.log_fields import job_fields
+from django_workhorse.observability.log_fields import job_fields
 from django_workhorse.worker.execution import Outcome, record, unwritable
 
 logger = logging.getLogger(__name__)

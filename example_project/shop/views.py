@@ -36,8 +36,8 @@ from django_workhorse import (
     Unique,
     enqueue_with_result,
 )
+from django_workhorse.enqueueing.storable import check_json
 from django_workhorse.models import Job
-from django_workhorse.storable import check_json
 from example_project.shop.forms import (
     DELIVERY_ID_PATTERN,
     CaptureForm,

@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from django_workhorse.maintenance import run_maintenance
+from django_workhorse.operations.maintenance import run_maintenance
 
 
 class Command(BaseCommand):

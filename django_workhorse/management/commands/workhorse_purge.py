@@ -6,10 +6,10 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from django_workhorse.actions import purge, purgeable
 from django_workhorse.exceptions import InvalidArgumentError
 from django_workhorse.management.arguments import job_id
-from django_workhorse.progress import Progress
+from django_workhorse.management.progress import Progress
+from django_workhorse.operations.actions import purge, purgeable
 
 
 class Command(BaseCommand):

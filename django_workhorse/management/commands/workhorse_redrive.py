@@ -13,11 +13,11 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import router
 
 from django_workhorse import conf
-from django_workhorse.actions import plan_redrive, redrive
 from django_workhorse.exceptions import JobDoesNotExist, JobNotDeadError, RedriveConflictError
 from django_workhorse.management.arguments import job_id
+from django_workhorse.management.progress import Progress
 from django_workhorse.models import Job, JobStatus
-from django_workhorse.progress import Progress
+from django_workhorse.operations.actions import plan_redrive, redrive
 
 FETCH_CHUNK = 1000
 # Leaves room for ":<job id>" (at most 20 digits) in a request id.

@@ -12,11 +12,11 @@ from django.db import close_old_connections, connections
 
 from django_workhorse.checks import schedule_problems_reported_elsewhere
 from django_workhorse.conf import app_settings
-from django_workhorse.log_fields import job_ids
-from django_workhorse.scheduler import enqueue_due_schedules, report_left_out_schedules
+from django_workhorse.observability.log_fields import job_ids
+from django_workhorse.schedules.evaluation import enqueue_due_schedules, report_left_out_schedules
 from django_workhorse.types import EnqueueOutcome, EnqueueResult
 
-logger = logging.getLogger("django_workhorse.scheduler")
+logger = logging.getLogger("django_workhorse.schedules.evaluation")
 
 
 class Command(BaseCommand):

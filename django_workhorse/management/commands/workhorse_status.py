@@ -18,15 +18,12 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import router
 from django.utils import timezone
 
-from django_workhorse import instruments, keyed_rates
 from django_workhorse.checks import schedule_problems_reported_elsewhere
-from django_workhorse.keyed_rates import ScopeDedup, ScopeRate
-from django_workhorse.metrics import multiprocess_dir
 from django_workhorse.models import Job
-from django_workhorse.schedule_overview import ScheduleOverview, overview
-from django_workhorse.schedule_sources import ScheduleProblem
-from django_workhorse.scheduler import left_out_schedules
-from django_workhorse.stats import (
+from django_workhorse.observability import instruments, keyed_rates
+from django_workhorse.observability.keyed_rates import ScopeDedup, ScopeRate
+from django_workhorse.observability.metrics import multiprocess_dir
+from django_workhorse.operations.stats import (
     QueueDepth,
     Throughput,
     WorkerStatus,
@@ -35,6 +32,9 @@ from django_workhorse.stats import (
     throughput,
     workers,
 )
+from django_workhorse.schedules.evaluation import left_out_schedules
+from django_workhorse.schedules.overview import ScheduleOverview, overview
+from django_workhorse.schedules.sources import ScheduleProblem
 
 MAX_RATE_WINDOW_SECONDS = 300
 

@@ -13,7 +13,7 @@ from django.utils.module_loading import autodiscover_modules
 from django_workhorse.checks import schedule_problems_reported_elsewhere
 from django_workhorse.conf import DEFAULT_DRAIN_TIMEOUT, DEFAULT_LEASE
 from django_workhorse.exceptions import WorkerThreadError
-from django_workhorse.scheduler import report_left_out_schedules
+from django_workhorse.schedules.evaluation import report_left_out_schedules
 from django_workhorse.worker import Worker
 
 MAX_CONCURRENCY = 100
@@ -56,7 +56,7 @@ def queue_list(text: str) -> list[str]:
 def serve_metrics(address: str, port: int) -> None:
     """Start the metrics server of --metrics-port, or say why it cannot run."""
     try:
-        from django_workhorse.metrics import server
+        from django_workhorse.observability.metrics import server
     except ImportError:
         raise CommandError("--metrics-port needs prometheus-client: pip install 'django-workhorse[metrics]'") from None
     try:

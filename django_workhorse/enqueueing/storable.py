@@ -25,8 +25,8 @@ from datetime import datetime, timezone
 from typing import Any
 
 from django_workhorse import conf
+from django_workhorse.enqueueing.fingerprints import canonical_json
 from django_workhorse.exceptions import InvalidArgumentError
-from django_workhorse.fingerprint import canonical_json
 
 # How a bound is reported: the entry point's error class, called with field=, bound= and value=.
 BoundError = Callable[..., Exception]

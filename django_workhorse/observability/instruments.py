@@ -13,14 +13,14 @@ from types import ModuleType
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from django_workhorse.prepared import PreparedJob
+    from django_workhorse.enqueueing.prepared import PreparedJob
     from django_workhorse.sql.claims import ClaimedJob
     from django_workhorse.types import EnqueueResult
 
 
 def _collectors() -> ModuleType | None:
     try:
-        from django_workhorse.metrics import collectors
+        from django_workhorse.observability.metrics import collectors
     except ImportError:  # prometheus-client is not installed: nothing is recorded
         return None
     return collectors

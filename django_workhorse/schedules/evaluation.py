@@ -21,13 +21,26 @@ from datetime import datetime, timedelta
 
 from django.db import router, transaction
 
-from django_workhorse import eager, instruments, sql
+from django_workhorse import sql
 from django_workhorse.conf import app_settings
-from django_workhorse.enqueue_api import enqueue_prepared
+from django_workhorse.enqueueing import eager
+from django_workhorse.enqueueing.api import enqueue_prepared
+from django_workhorse.enqueueing.prepared import PreparedJob
+from django_workhorse.enqueueing.storable import check_datetime, check_json
 from django_workhorse.exceptions import EnqueueIdempotencyConflictError, EnqueueValidationError, InvalidArgumentError
 from django_workhorse.models import JobStatus, ScheduleState
-from django_workhorse.prepared import PreparedJob
-from django_workhorse.schedule_sources import (
+from django_workhorse.observability import instruments
+from django_workhorse.schedules.definition import (
+    TICK_KEY_SCOPE,
+    Schedule,
+    due_ticks,
+    horizon,
+    next_tick,
+    tick_key,
+    tick_key_ttl,
+    ticks,
+)
+from django_workhorse.schedules.sources import (
     ARGUMENTS_DO_NOT_FIT,
     DUPLICATE_NAME,
     INVALID_CRON,
@@ -39,18 +52,7 @@ from django_workhorse.schedule_sources import (
     check_arguments,
     declared_schedules,
 )
-from django_workhorse.schedules import (
-    TICK_KEY_SCOPE,
-    Schedule,
-    due_ticks,
-    horizon,
-    next_tick,
-    tick_key,
-    tick_key_ttl,
-    ticks,
-)
 from django_workhorse.sql.schedules import Advance, ScheduleRow
-from django_workhorse.storable import check_datetime, check_json
 from django_workhorse.types import EnqueueResult, Idempotency
 
 logger = logging.getLogger(__name__)

@@ -17,11 +17,12 @@ from typing import Any
 from django.db import router
 from django.db.models import QuerySet
 
-from django_workhorse import conf, instruments, sql
+from django_workhorse import conf, sql
 from django_workhorse.conf import app_settings
+from django_workhorse.enqueueing.storable import check_id, check_ids, check_text
 from django_workhorse.exceptions import InvalidArgumentError, JobDoesNotExist, JobNotDeadError, RedriveConflictError
 from django_workhorse.models import EffectRecord, IdempotencyBinding, Job, JobStatus, Redrive
-from django_workhorse.storable import check_id, check_ids, check_text
+from django_workhorse.observability import instruments
 from django_workhorse.types import JobId
 
 logger = logging.getLogger(__name__)

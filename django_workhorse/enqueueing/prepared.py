@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django_workhorse.fingerprint import key_digest
+from django_workhorse.enqueueing.fingerprints import key_digest
 from django_workhorse.types import KeyMode
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from django_workhorse.exceptions import HandlerNotRegisteredError
-from django_workhorse.signatures import declares_context, unbind
+from django_workhorse.tasks.signatures import declares_context, unbind
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -32,8 +32,8 @@ from zoneinfo import ZoneInfo, available_timezones
 from cronsim import CronSim, CronSimError
 
 from django_workhorse import conf
+from django_workhorse.enqueueing.storable import check_datetime, check_text
 from django_workhorse.exceptions import ScheduleDefinitionError
-from django_workhorse.storable import check_datetime, check_text
 
 CatchUp = Literal["latest", "all", "skip"]
 Overlap = Literal["allow", "skip"]

@@ -23,13 +23,13 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 from django.utils.module_loading import autodiscover_modules
 
-from django_workhorse import registry
 from django_workhorse.conf import app_settings
+from django_workhorse.enqueueing.prepared import PreparedJob
+from django_workhorse.enqueueing.validation import prepare
 from django_workhorse.exceptions import EnqueueValidationError, ScheduleDefinitionError
-from django_workhorse.prepared import PreparedJob
-from django_workhorse.schedules import Schedule, check_schedule_name, definition, definition_digest
+from django_workhorse.schedules.definition import Schedule, check_schedule_name, definition, definition_digest
+from django_workhorse.tasks import registry
 from django_workhorse.types import EnqueueOptions, EnqueueRequest, Idempotency
-from django_workhorse.validation import prepare
 
 SETTING = "WORKHORSE_SCHEDULES"
 # The keys of a WORKHORSE_SCHEDULES entry: "task" and the fields of Schedule but its name.
@@ -221,7 +221,7 @@ def _without_duplicates(found: list[DeclaredSchedule], problems: list[SchedulePr
 
 def _builder(task: str, schedule: Schedule) -> RequestBuilder | None:
     """Return how a tick of ``schedule`` becomes a request for ``task``, or None if no task has that name."""
-    from django_workhorse.tasks import get_task
+    from django_workhorse.tasks.decorator import get_task
 
     overrides: dict[str, Any] = {}
     if schedule.queue is not None:

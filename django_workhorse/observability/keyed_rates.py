@@ -15,8 +15,8 @@ import threading
 import time
 from dataclasses import dataclass
 
-from django_workhorse import instruments
-from django_workhorse.stats import MAX_SCOPES_SHOWN, ScopeBindings
+from django_workhorse.observability import instruments
+from django_workhorse.operations.stats import MAX_SCOPES_SHOWN, ScopeBindings
 
 # The outcomes of a keyed request that a duplicate gets: no second job.
 SAVED = ("replayed", "coalesced", "replaced")

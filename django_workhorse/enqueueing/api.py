@@ -16,16 +16,24 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.db import router, transaction
 
-from django_workhorse import conf, eager, instruments, sql, tracing
+from django_workhorse import conf, sql
 from django_workhorse.conf import app_settings
+from django_workhorse.enqueueing import eager
+from django_workhorse.enqueueing.fingerprints import differing_fields
+from django_workhorse.enqueueing.prepared import PreparedJob
+from django_workhorse.enqueueing.validation import (
+    CheckedOptions,
+    check_caller_scope,
+    check_options,
+    prepare,
+    resolve_options,
+)
 from django_workhorse.exceptions import EnqueueIdempotencyConflictError, EnqueueValidationError, KeyNotSettledError
-from django_workhorse.fingerprint import differing_fields
-from django_workhorse.log_fields import enqueued_fields
 from django_workhorse.models import Job
-from django_workhorse.prepared import PreparedJob
+from django_workhorse.observability import instruments, tracing
+from django_workhorse.observability.log_fields import enqueued_fields
 from django_workhorse.types import EnqueueOptions, EnqueueOutcome, EnqueueRequest, EnqueueResult, JobId, KeyMode
 from django_workhorse.types import NonReplaceableReason as Reason
-from django_workhorse.validation import CheckedOptions, check_caller_scope, check_options, prepare, resolve_options
 
 logger = logging.getLogger(__name__)
 # A key can change hands between our statements (expired and taken over, pruned, purged); each

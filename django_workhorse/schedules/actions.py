@@ -15,15 +15,16 @@ from typing import Any
 
 from django.db import router, transaction
 
-from django_workhorse import conf, eager, sql
-from django_workhorse.actions import check_requested_by
-from django_workhorse.enqueue_api import enqueue_prepared
+from django_workhorse import conf, sql
+from django_workhorse.enqueueing import eager
+from django_workhorse.enqueueing.api import enqueue_prepared
+from django_workhorse.enqueueing.storable import check_datetime, check_text
 from django_workhorse.exceptions import InvalidArgumentError, ScheduleDefinitionError, ScheduleNotFoundError
 from django_workhorse.models import ScheduleEvent, ScheduleEventKind, ScheduleState
-from django_workhorse.schedule_sources import DeclaredSchedule, check_arguments, declared_schedules
-from django_workhorse.scheduler import FUTURE_NOW_TOLERANCE, check_now
-from django_workhorse.schedules import TICK_KEY_SCOPE, check_schedule_name
-from django_workhorse.storable import check_datetime, check_text
+from django_workhorse.operations.actions import check_requested_by
+from django_workhorse.schedules.definition import TICK_KEY_SCOPE, check_schedule_name
+from django_workhorse.schedules.evaluation import FUTURE_NOW_TOLERANCE, check_now
+from django_workhorse.schedules.sources import DeclaredSchedule, check_arguments, declared_schedules
 from django_workhorse.types import EnqueueOutcome, EnqueueResult, Idempotency
 
 logger = logging.getLogger(__name__)

@@ -17,8 +17,8 @@ from django.utils import timezone
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from django_workhorse import stats
-from django_workhorse.stats import STATES
+from django_workhorse.operations import stats
+from django_workhorse.operations.stats import STATES
 
 logger = logging.getLogger(__name__)
 

@@ -19,10 +19,10 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from django_workhorse.prepared import mode_name
+from django_workhorse.enqueueing.prepared import mode_name
 
 if TYPE_CHECKING:
-    from django_workhorse.prepared import PreparedJob
+    from django_workhorse.enqueueing.prepared import PreparedJob
     from django_workhorse.sql.claims import ClaimedJob
     from django_workhorse.types import EnqueueResult
     from django_workhorse.worker.execution import Outcome

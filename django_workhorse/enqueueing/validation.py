@@ -14,16 +14,16 @@ from typing import Any
 
 from django_workhorse import conf
 from django_workhorse.conf import app_settings
-from django_workhorse.exceptions import EnqueueValidationError
-from django_workhorse.fingerprint import (
+from django_workhorse.enqueueing.fingerprints import (
     canonical_json,
     field_digest,
     key_hash,
     key_preview,
 )
-from django_workhorse.prepared import PreparedBinding, PreparedJob
-from django_workhorse.retry import DEFAULT_RETRY_POLICY, RetryPolicy
-from django_workhorse.storable import BoundError, check_datetime, check_json, check_text
+from django_workhorse.enqueueing.prepared import PreparedBinding, PreparedJob
+from django_workhorse.enqueueing.storable import BoundError, check_datetime, check_json, check_text
+from django_workhorse.exceptions import EnqueueValidationError
+from django_workhorse.tasks.retry import DEFAULT_RETRY_POLICY, RetryPolicy
 from django_workhorse.types import Debounce, EnqueueOptions, Idempotency, KeyedMode, KeyMode, Throttle, Unique
 
 MODE_OPTIONS: dict[str, type] = {

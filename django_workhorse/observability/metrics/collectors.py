@@ -1,6 +1,6 @@
 """The metrics, in prometheus-client's registry, and how each event updates them.
 
-Importing this module needs prometheus-client; ``django_workhorse.instruments`` imports it only
+Importing this module needs prometheus-client; ``django_workhorse.observability.instruments`` imports it only
 when it is installed.
 """
 
@@ -15,11 +15,11 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.multiprocess import MultiProcessCollector
 
 from django_workhorse.conf import app_settings
-from django_workhorse.metrics import multiprocess_dir
-from django_workhorse.prepared import mode_name
+from django_workhorse.enqueueing.prepared import mode_name
+from django_workhorse.observability.metrics import multiprocess_dir
 
 if TYPE_CHECKING:
-    from django_workhorse.prepared import PreparedJob
+    from django_workhorse.enqueueing.prepared import PreparedJob
     from django_workhorse.sql.claims import ClaimedJob
     from django_workhorse.types import EnqueueResult
 

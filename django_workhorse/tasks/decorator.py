@@ -7,16 +7,16 @@ from datetime import timedelta
 from typing import Any, Generic, ParamSpec, TypeVar
 
 from django_workhorse import conf
-from django_workhorse.call_keys import call_key, checked_derived_key
+from django_workhorse.enqueueing.call_keys import call_key, checked_derived_key
+from django_workhorse.enqueueing.fingerprints import derived_key
+from django_workhorse.enqueueing.validation import MODE_OPTIONS, resolve_options
 from django_workhorse.exceptions import ScheduleDefinitionError
-from django_workhorse.fingerprint import derived_key
-from django_workhorse.registry import Handler, add_handler
-from django_workhorse.retry import RetryPolicy
-from django_workhorse.schedule_sources import add_task_schedules
-from django_workhorse.schedules import Schedule
-from django_workhorse.signatures import bind_arguments, declares_context
+from django_workhorse.schedules.definition import Schedule
+from django_workhorse.schedules.sources import add_task_schedules
+from django_workhorse.tasks.registry import Handler, add_handler
+from django_workhorse.tasks.retry import RetryPolicy
+from django_workhorse.tasks.signatures import bind_arguments, declares_context
 from django_workhorse.types import EnqueueOptions, EnqueueRequest, EnqueueResult, JobId, Unique
-from django_workhorse.validation import MODE_OPTIONS, resolve_options
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -77,7 +77,7 @@ class Task(Generic[P, R]):
         ``idempotency_key`` (both in ``unique`` mode), then a key derived from the call when
         ``idempotent`` (default: the task's ``idempotent=``) is true.
         """
-        from django_workhorse.enqueue_api import enqueue_with_result
+        from django_workhorse.enqueueing.api import enqueue_with_result
 
         request = self.as_request(
             args, kwargs, unique_key=unique_key, idempotency_key=idempotency_key, idempotent=idempotent, **options

@@ -23,17 +23,17 @@ from django.db import router, transaction
 
 from django_workhorse import conf, sql
 from django_workhorse.conf import app_settings
+from django_workhorse.enqueueing.fingerprints import key_digest, key_hash, key_preview
+from django_workhorse.enqueueing.storable import check_json
+from django_workhorse.enqueueing.validation import check_duration, check_key_text
 from django_workhorse.exceptions import (
     EffectAlreadyDoneError,
     EffectInFlightError,
     EffectValidationError,
     KeyNotSettledError,
 )
-from django_workhorse.fingerprint import key_digest, key_hash, key_preview
 from django_workhorse.models import EffectRecord
-from django_workhorse.storable import check_json
 from django_workhorse.types import DEFAULT_SCOPE
-from django_workhorse.validation import check_duration, check_key_text
 
 logger = logging.getLogger(__name__)
 

@@ -11,10 +11,10 @@ from typing import Any
 
 from django_workhorse import conf
 from django_workhorse.conf import app_settings
+from django_workhorse.enqueueing.fingerprints import derived_key
+from django_workhorse.enqueueing.storable import check_json
+from django_workhorse.enqueueing.validation import check_key_text
 from django_workhorse.exceptions import EnqueueValidationError
-from django_workhorse.fingerprint import derived_key
-from django_workhorse.storable import check_json
-from django_workhorse.validation import check_key_text
 
 
 def call_key(

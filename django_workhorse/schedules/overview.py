@@ -21,8 +21,8 @@ from django.utils import timezone as django_timezone
 from django_workhorse import conf
 from django_workhorse.exceptions import ScheduleDefinitionError
 from django_workhorse.models import Job, ScheduleState
-from django_workhorse.schedule_sources import DeclaredSchedule, declared_schedules
-from django_workhorse.schedules import Schedule, describe, next_tick, ticks
+from django_workhorse.schedules.definition import Schedule, describe, next_tick, ticks
+from django_workhorse.schedules.sources import DeclaredSchedule, declared_schedules
 
 # How many next ticks the list and the status show per schedule, and the dashboard in all.
 NEXT_TICKS = 5

@@ -20,11 +20,11 @@ try:
     from prometheus_client.multiprocess import MultiProcessCollector
 except ImportError as exc:  # the URLconf includes this module: say what is missing, at startup
     raise ImproperlyConfigured(
-        "django_workhorse.metrics needs prometheus-client: pip install 'django-workhorse[metrics]'"
+        "django_workhorse.observability.metrics needs prometheus-client: pip install 'django-workhorse[metrics]'"
     ) from exc
 
-from django_workhorse.metrics import multiprocess_dir  # noqa: E402 (after the import check)
-from django_workhorse.metrics.gauges import DatabaseGauges  # noqa: E402
+from django_workhorse.observability.metrics import multiprocess_dir  # noqa: E402 (after the import check)
+from django_workhorse.observability.metrics.gauges import DatabaseGauges  # noqa: E402
 
 SCHEME = "bearer"
 REALM = 'Bearer realm="workhorse-metrics"'

@@ -1,0 +1,1 @@
+"""Observability: metrics instruments, the metrics endpoint, traces, log fields and keyed-request rates."""

@@ -1,0 +1,1 @@
+"""Operator actions (cancel, purge, redrive), maintenance and statistics."""

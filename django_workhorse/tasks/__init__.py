@@ -1,0 +1,1 @@
+"""Tasks: ``@task``, handler signatures, the handler registry and retry policies."""
