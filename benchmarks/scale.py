@@ -477,9 +477,9 @@ def prune_ab(args: argparse.Namespace) -> None:
     from django.db import connection
 
     from django_workhorse.operations.maintenance import PRUNE_CHUNK, prune_finished_jobs
-    from django_workhorse.sql.keys import _FREE
+    from django_workhorse.sql.keys import FREE
 
-    old = PRUNE_BEFORE_CURSOR.format(free=_FREE.format(now="statement_timestamp()"))
+    old = PRUNE_BEFORE_CURSOR.format(free=FREE.format(now="statement_timestamp()"))
     before = datetime.now(timezone.utc) - timedelta(days=14)
 
     def old_prune() -> int:

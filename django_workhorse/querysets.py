@@ -1,7 +1,7 @@
 """The read vocabulary of the models: which bindings still own their key.
 
 Built from the rule table in ``key_lifetimes``, the same one ``sql/keys.py`` turns into the
-statements' ``_FREE`` fragment.
+statements' ``FREE`` fragment.
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ if TYPE_CHECKING:
 
 
 def free_binding_q(now: datetime) -> models.Q:
-    """Bindings that own nothing any more at ``now``: the ORM form of ``_FREE`` in ``sql/keys.py``.
+    """Bindings that own nothing any more at ``now``: the ORM form of ``FREE`` in ``sql/keys.py``.
 
     Built from the same rule table (``key_lifetimes.FREED_BY``), so the two cannot drift apart. A
-    timed binding without ``expires_at`` is not free, as ``WHERE _FREE`` treats it.
+    timed binding without ``expires_at`` is not free, as ``WHERE FREE`` treats it.
     """
     conditions = []
     for mode, rule in FREED_BY.items():

@@ -7,6 +7,6 @@ what is queued, including scheduled jobs when asked.
 
 from __future__ import annotations
 
-from django_workhorse.enqueueing.eager import EagerMode, eager, run_job, run_jobs
+from django_workhorse.worker.eager import EagerMode, eager, run_job, run_jobs
 
 __all__ = ["EagerMode", "eager", "run_job", "run_jobs"]

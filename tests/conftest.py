@@ -133,13 +133,13 @@ def example_savepoint() -> Iterator[None]:
 @pytest.fixture
 def task_schedules() -> Iterator[None]:
     """Schedules declared with ``@task(schedule=...)`` inside a test are forgotten after it."""
-    from django_workhorse.schedules import sources as schedule_sources
+    from django_workhorse.tasks import registry
 
-    saved = dict(schedule_sources._from_tasks)
+    saved = dict(registry.task_schedules)
     yield
-    schedule_sources._from_tasks.clear()
-    schedule_sources._from_tasks.update(saved)
-    schedule_sources._generation += 1
+    registry.task_schedules.clear()
+    registry.task_schedules.update(saved)
+    registry.generation += 1
 
 
 @pytest.fixture(scope="session")

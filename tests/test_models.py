@@ -27,7 +27,7 @@ from django_workhorse.models import (
     JobStatus,
     Redrive,
 )
-from django_workhorse.sql.keys import _FREE
+from django_workhorse.sql.keys import FREE
 from django_workhorse.types import KeyMode
 from tests.factories import JobFactory
 
@@ -72,10 +72,10 @@ def expected_free(mode: str, status: str, expired: bool) -> bool:
 
 
 def sql_free(now: datetime) -> dict[int, bool]:
-    """Evaluate ``_FREE`` itself over every binding, as ``WHERE _FREE`` reads it (NULL is not free)."""
+    """Evaluate ``FREE`` itself over every binding, as ``WHERE FREE`` reads it (NULL is not free)."""
     with connection.cursor() as cursor:
         cursor.execute(
-            f"""SELECT binding.id, ({_FREE.format(now="%(now)s")}) IS TRUE
+            f"""SELECT binding.id, ({FREE.format(now="%(now)s")}) IS TRUE
             FROM workhorse_binding AS binding JOIN workhorse_job AS job ON job.id = binding.job_id""",
             {"now": now},
         )

@@ -543,7 +543,9 @@ def test_an_evaluation_that_fails_does_not_stop_the_worker(monkeypatch, caplog):
     [
         "django_workhorse.schedules.evaluation",
         "django_workhorse.enqueueing.api",
-        "django_workhorse.enqueueing.eager",
+        "django_workhorse.worker.eager",
+        "django_workhorse.tasks.decorator",
+        "django_workhorse.schedules.sources",
         "django_workhorse.worker",
     ],
 )

@@ -29,7 +29,7 @@ from django_workhorse.backends._framework import (
 from django_workhorse.backends.request import build_request, static_options
 from django_workhorse.backends.results import WorkhorseTaskResult, mark_accepted, new_result, read_result
 from django_workhorse.backends.task import WorkhorseTask
-from django_workhorse.enqueueing import eager
+from django_workhorse.enqueueing.after_write import runs_inline
 from django_workhorse.enqueueing.storable import json_depth
 from django_workhorse.enqueueing.validation import MODE_OPTIONS, check_options
 from django_workhorse.exceptions import EnqueueValidationError
@@ -126,7 +126,7 @@ class WorkhorseBackend(BaseTaskBackend):
             if enqueued.outcome in (EnqueueOutcome.ACCEPTED, EnqueueOutcome.REPLACED):
                 task_enqueued.send(type(self), task_result=announced[0])
 
-        run_now = eager.is_active()
+        run_now = runs_inline()
         try:
             enqueued = enqueue_with_result(
                 task.module_path, payload, options, using=self.database, _on_written=announce

@@ -18,7 +18,7 @@ from django.db import router, transaction
 
 from django_workhorse import conf, sql
 from django_workhorse.conf import app_settings
-from django_workhorse.enqueueing import eager
+from django_workhorse.enqueueing.after_write import after_write
 from django_workhorse.enqueueing.fingerprints import differing_fields
 from django_workhorse.enqueueing.prepared import PreparedJob
 from django_workhorse.enqueueing.validation import (
@@ -85,8 +85,7 @@ def enqueue_with_result(
     results = _submit([request], alias, batch=False)
     if _on_written is not None:
         _on_written(results[0])
-    if eager.is_active():
-        eager.run_accepted(alias, results)
+    after_write(alias, results)
     return results[0]
 
 
@@ -108,8 +107,7 @@ def enqueue_many(requests: Iterable[EnqueueRequest], *, using: str | None = None
         raise
     alias = _alias(using)
     results = _submit(prepared, alias, batch=True)
-    if eager.is_active():
-        eager.run_accepted(alias, results)
+    after_write(alias, results)
     return results
 
 

@@ -1,6 +1,6 @@
 """When a binding stops owning its key: the rule, as data, for the SQL statements and the ORM alike.
 
-``sql/keys.py`` generates the ``_FREE`` fragment of the statements from ``FREED_BY``, and
+``sql/keys.py`` generates the ``FREE`` fragment of the statements from ``FREED_BY``, and
 ``models.free_binding_q`` (behind ``IdempotencyBinding.objects.free()``/``.live()``) builds its
 filter from the same table, so the two cannot drift apart. Pure data: no SQL, no models.
 """

@@ -16,7 +16,7 @@ from typing import Any
 from django.db import router, transaction
 
 from django_workhorse import conf, sql
-from django_workhorse.enqueueing import eager
+from django_workhorse.enqueueing.after_write import after_write
 from django_workhorse.enqueueing.api import enqueue_prepared
 from django_workhorse.enqueueing.storable import check_datetime, check_text
 from django_workhorse.exceptions import InvalidArgumentError, ScheduleDefinitionError, ScheduleNotFoundError
@@ -136,8 +136,7 @@ def run_schedule_now(name: str, *, request_id: str, requested_by: str = "", usin
         result = _enqueue(alias, declared, request_id, now)
         if result.outcome is EnqueueOutcome.ACCEPTED:
             _record(alias, schedule_id, result.job_id, request_id=request_id, requested_by=by, at=now)
-    if eager.is_active():
-        eager.run_accepted(alias, [result])
+    after_write(alias, [result])
     logger.info("Ran schedule now name=%s job=%s outcome=%s", name, result.job_id, result.outcome)
     return result
 

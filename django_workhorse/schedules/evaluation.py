@@ -23,7 +23,7 @@ from django.db import router, transaction
 
 from django_workhorse import sql
 from django_workhorse.conf import app_settings
-from django_workhorse.enqueueing import eager
+from django_workhorse.enqueueing.after_write import after_write
 from django_workhorse.enqueueing.api import enqueue_prepared
 from django_workhorse.enqueueing.prepared import PreparedJob
 from django_workhorse.enqueueing.storable import check_datetime, check_json
@@ -133,8 +133,7 @@ def enqueue_due_schedules(now: datetime | None = None, *, using: str | None = No
     for advance in advances.values():
         if advance.skip_at is not None:
             instruments.schedule_ticked(advance.name, "skipped")
-    if eager.is_active():
-        eager.run_accepted(alias, results)
+    after_write(alias, results)
     return results
 
 

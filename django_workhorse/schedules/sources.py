@@ -29,6 +29,7 @@ from django_workhorse.enqueueing.validation import prepare
 from django_workhorse.exceptions import EnqueueValidationError, ScheduleDefinitionError
 from django_workhorse.schedules.definition import Schedule, check_schedule_name, definition, definition_digest
 from django_workhorse.tasks import registry
+from django_workhorse.tasks.decorator import get_task
 from django_workhorse.types import EnqueueOptions, EnqueueRequest, Idempotency
 
 SETTING = "WORKHORSE_SCHEDULES"
@@ -44,9 +45,6 @@ INVALID_DEFINITION = "workhorse.E207"
 ARGUMENTS_DO_NOT_FIT = "workhorse.E208"
 _CHECK_BY_FIELD = {"cron": INVALID_CRON, "timezone": UNKNOWN_TIMEZONE}
 
-# Task name -> its (schedule name, schedule) pairs, in declaration order; a task declared again
-# (a module imported again) replaces its entries.
-_from_tasks: dict[str, list[tuple[str, Schedule]]] = {}
 _discovered = False
 # Bumped when a source changes; declared_schedules keeps its answer for one generation.
 _generation = 0
@@ -87,19 +85,9 @@ class ScheduleProblem:
     check_id: str
 
 
-def add_task_schedules(task_name: str, schedules: list[Schedule], *, indexed: bool) -> None:
-    """Declare the schedules of a ``@task``: named by ``Schedule.name``, else the task name (with
-    ``[i]`` when declared with ``schedules=``)."""
-    global _generation
-    _generation += 1
-    _from_tasks[task_name] = [
-        (schedule.name or (f"{task_name}[{i}]" if indexed else task_name), schedule)
-        for i, schedule in enumerate(schedules)
-    ]
-
-
 def declared_schedules() -> tuple[list[DeclaredSchedule], list[ScheduleProblem]]:
-    """Return the valid schedules of every source and the problems of the others.
+    """Return the valid schedules of every source (``@task`` declarations in ``tasks.registry``,
+    and ``WORKHORSE_SCHEDULES``) and the problems of the others.
 
     Two declarations with one name are both left out (``workhorse.E206``). The answer is kept
     until a task declares schedules, a handler is registered or the settings change.
@@ -122,7 +110,7 @@ def _setting_changed(*, setting: str, **kwargs: Any) -> None:
 def _read_sources() -> tuple[list[DeclaredSchedule], list[ScheduleProblem]]:
     found: list[DeclaredSchedule] = []
     problems: list[ScheduleProblem] = []
-    for task_name, entries in list(_from_tasks.items()):
+    for task_name, entries in list(registry.task_schedules.items()):
         for name, schedule in entries:
             origin = f"@task {task_name}"
             _add(found, problems, name, task_name, schedule, origin)
@@ -221,8 +209,6 @@ def _without_duplicates(found: list[DeclaredSchedule], problems: list[SchedulePr
 
 def _builder(task: str, schedule: Schedule) -> RequestBuilder | None:
     """Return how a tick of ``schedule`` becomes a request for ``task``, or None if no task has that name."""
-    from django_workhorse.tasks.decorator import get_task
-
     overrides: dict[str, Any] = {}
     if schedule.queue is not None:
         overrides["queue"] = schedule.queue

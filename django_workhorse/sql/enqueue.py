@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connections
@@ -14,27 +13,20 @@ from django.db import connections
 from django_workhorse.enqueueing.prepared import PreparedJob
 from django_workhorse.models import JOB_ID_SEQUENCE
 from django_workhorse.sql.connection import execute
-from django_workhorse.sql.keys import _BINDING_COLUMNS, _FREE, _JOB_STATE
+from django_workhorse.sql.enqueue_rows import (
+    KINDS,
+    REQUEST_COLUMNS,
+    function_params,
+    one_request_params,
+    request_params,
+)
+from django_workhorse.sql.keys import BINDING_COLUMNS, FREE, JOB_STATE
 
-# The request columns and their types, in the order the statements unpack them.
-_REQUEST_COLUMNS = (
-    ("ordinal", "int"), ("job_type", "text"), ("queue", "text"), ("payload", "jsonb"),
-    ("priority", "int"), ("run_at", "timestamptz"), ("delay", "interval"), ("tags", "jsonb"),
-    ("max_attempts", "int"), ("retry_policy", "jsonb"), ("deadline", "timestamptz"),
-    ("timeout", "interval"), ("concurrency_key", "text"), ("concurrency_limit", "int"), ("scope", "text"),
-    ("key_hash", "bytea"),
-    ("key_preview", "text"), ("mode", "text"), ("request_digest", "bytea"),
-    ("field_digests", "jsonb"), ("lifetime", "interval"), ("scheduled_for", "timestamptz"),
-    ("trace_context", "jsonb"),
-)  # fmt: skip
-_COLUMNS = tuple(name for name, _ in _REQUEST_COLUMNS)
-_KINDS = dict(_REQUEST_COLUMNS)
-_MICROSECOND = timedelta(microseconds=1)
 # Job ids are drawn up front so a binding can name its job in the same statement.
 _DRAWN = f"nextval('{JOB_ID_SEQUENCE}') AS job_id, statement_timestamp() AS now"
 # One request as scalar parameters: planning a one-row statement is cheap.
 _ONE_REQUEST_CTE = "requests AS (SELECT {}, {})".format(
-    ", ".join(f"%({name})s::{kind} AS {name}" for name, kind in _REQUEST_COLUMNS), _DRAWN
+    ", ".join(f"%({name})s::{kind} AS {name}" for name, kind in REQUEST_COLUMNS), _DRAWN
 )
 # How a batch row (a JSON array) yields each column: one text parameter carries the whole batch,
 # which costs far less to send than twenty arrays, and payloads arrive as jsonb without a re-parse.
@@ -47,13 +39,13 @@ _FROM_JSON = {
     "bytea": "decode({r}->>{i}, 'hex')",
 }
 _MANY_REQUESTS_CTE = "requests AS (SELECT {}, {} FROM jsonb_array_elements(%(rows)s::jsonb) AS r)".format(
-    ", ".join(f"{_FROM_JSON[kind].format(r='r', i=i)} AS {name}" for i, (name, kind) in enumerate(_REQUEST_COLUMNS)),
+    ", ".join(f"{_FROM_JSON[kind].format(r='r', i=i)} AS {name}" for i, (name, kind) in enumerate(REQUEST_COLUMNS)),
     _DRAWN,
 )
 # A batch without keys sends only the columns a job needs (no NULLs for the binding's seven):
 # shorter rows to build, send and unpack.
 _KEY_COLUMNS = ("scope", "key_hash", "key_preview", "mode", "request_digest", "field_digests", "lifetime")
-_UNKEYED_REQUEST_COLUMNS = tuple(column for column in _REQUEST_COLUMNS if column[0] not in _KEY_COLUMNS)
+_UNKEYED_REQUEST_COLUMNS = tuple(column for column in REQUEST_COLUMNS if column[0] not in _KEY_COLUMNS)
 _MANY_UNKEYED_REQUESTS_CTE = "requests AS (SELECT {}, {} FROM jsonb_array_elements(%(rows)s::jsonb) AS r)".format(
     ", ".join(
         f"{_FROM_JSON[kind].format(r='r', i=i)} AS {name}" for i, (name, kind) in enumerate(_UNKEYED_REQUEST_COLUMNS)
@@ -113,7 +105,7 @@ CROSS JOIN (SELECT count(*) FROM notified) AS notifications"""
 # statement noticeably cheaper to run, and a single one is a plain INSERT .. VALUES.
 ENQUEUE_ONE_UNKEYED = f"""
 INSERT INTO workhorse_job ({_JOB_COLUMNS})
-VALUES ({_job_values(lambda name: f"%({name})s::{_KINDS[name]}", f"nextval('{JOB_ID_SEQUENCE}')", "statement_timestamp()")})
+VALUES ({_job_values(lambda name: f"%({name})s::{KINDS[name]}", f"nextval('{JOB_ID_SEQUENCE}')", "statement_timestamp()")})
 RETURNING %(ordinal)s::int, id, true, {_NOTIFY_ONE.format(channel="%(channel)s")}"""
 ENQUEUE_MANY_UNKEYED = f"WITH {_MANY_UNKEYED_REQUESTS_CTE},{_jobs_ctes()}{_ACCEPTED}"
 
@@ -142,8 +134,8 @@ JOIN workhorse_binding AS binding USING (scope, key_hash)
 JOIN workhorse_job AS job ON job.id = binding.job_id
 WHERE requests.job_id NOT IN (SELECT job_id FROM bound)
 """.format(
-    columns=_BINDING_COLUMNS.replace("binding.job_id,", "binding.job_id, false,").format(
-        free=_FREE.format(now="requests.now"), state=_JOB_STATE.format(now="requests.now")
+    columns=BINDING_COLUMNS.replace("binding.job_id,", "binding.job_id, false,").format(
+        free=FREE.format(now="requests.now"), state=JOB_STATE.format(now="requests.now")
     )
 )
 _ONLY_UNKEYED_OR_BOUND = "WHERE key_hash IS NULL OR job_id IN (SELECT job_id FROM bound)"
@@ -156,7 +148,7 @@ _ONLY_UNKEYED_OR_BOUND = "WHERE key_hash IS NULL OR job_id IN (SELECT job_id FRO
 # ENQUEUE does (ON CONFLICT DO NOTHING, waiting for an in-flight owner); if another transaction bound
 # the key in between, look again and return its binding. No row at all means the binding vanished
 # meanwhile (pruned, purged): find_bindings and the caller's next round deal with it, as for a batch.
-# Besides the key it looks up, the request arrives as one JSON text in _REQUEST_COLUMNS order (a
+# Besides the key it looks up, the request arrives as one JSON text in REQUEST_COLUMNS order (a
 # batch's row), parsed only by the insert: a replay parses none of it (binding twenty typed
 # parameters cost a replay about as much as its lookup).
 _FUNCTION_PARAMS = (("p_ordinal", "int"), ("p_scope", "text"), ("p_key_hash", "bytea"), ("p_request", "text"),
@@ -166,18 +158,18 @@ _LOOKUP = """
     FROM workhorse_binding AS binding
     JOIN workhorse_job AS job ON job.id = binding.job_id
     WHERE binding.scope = p_scope AND binding.key_hash = p_key_hash""".format(
-    columns=_BINDING_COLUMNS.replace(
+    columns=BINDING_COLUMNS.replace(
         "binding.job_id, binding.mode,", "binding.job_id, false, binding.mode::text,"
-    ).format(free=_FREE.format(now="statement_timestamp()"), state=_JOB_STATE.format(now="statement_timestamp()"))
+    ).format(free=FREE.format(now="statement_timestamp()"), state=JOB_STATE.format(now="statement_timestamp()"))
 )
 
 
-_INDEX = {name: i for i, (name, _) in enumerate(_REQUEST_COLUMNS)}
+_INDEX = {name: i for i, (name, _) in enumerate(REQUEST_COLUMNS)}
 
 
 def _from_request(name: str) -> str:
     """Read column ``name`` of the function's request (the JSON variable ``v_request``)."""
-    return _FROM_JSON[_KINDS[name]].format(r="v_request", i=_INDEX[name])
+    return _FROM_JSON[KINDS[name]].format(r="v_request", i=_INDEX[name])
 
 
 # The key's binding and its job, one row each: the job is inserted only if the binding was.
@@ -227,7 +219,7 @@ ENQUEUE_ONE = "SELECT * FROM {}({})".format(
 ENQUEUE_MANY = f"WITH {_MANY_REQUESTS_CTE},{_BIND}{_jobs_ctes(_ONLY_UNKEYED_OR_BOUND)}{_ACCEPTED}{_EXISTING}"
 
 
-# take_over: rebind a key that owns nothing any more (see _FREE) to a new job, compare-and-swap
+# take_over: rebind a key that owns nothing any more (see FREE) to a new job, compare-and-swap
 # on the job it was seen bound to. The row lock of the UPDATE serializes racing takers; PostgreSQL
 # re-checks the locked row, so a taker that lost the race (the key now names the winner's job,
 # which is live) gets no row back and starts over. A job never leaves a terminal status, so
@@ -243,7 +235,7 @@ bound AS (
     FROM requests, workhorse_job AS job
     WHERE binding.scope = requests.scope AND binding.key_hash = requests.key_hash
       AND binding.job_id = %(seen_job_id)s AND job.id = binding.job_id
-      AND {_FREE.format(now="requests.now")}
+      AND {FREE.format(now="requests.now")}
     RETURNING binding.job_id
 ),{_jobs_ctes(_ONLY_UNKEYED_OR_BOUND)}{_ACCEPTED}
 """
@@ -296,8 +288,8 @@ FROM unnest(%(ordinal)s::int[], %(scope)s::text[], %(key_hash)s::bytea[]) AS req
 JOIN workhorse_binding AS binding USING (scope, key_hash)
 JOIN workhorse_job AS job ON job.id = binding.job_id
 """.format(
-    columns=_BINDING_COLUMNS.format(
-        free=_FREE.format(now="statement_timestamp()"), state=_JOB_STATE.format(now="statement_timestamp()")
+    columns=BINDING_COLUMNS.format(
+        free=FREE.format(now="statement_timestamp()"), state=JOB_STATE.format(now="statement_timestamp()")
     )
 )
 
@@ -314,7 +306,7 @@ class ExistingBinding:
     # conflict names the differing fields (a replay never needs them).
     stored_field_digests: dict[str, str] | str
     free: bool  # it owns nothing any more: the next request takes the key over
-    job_state: str  # 'open', 'due' or 'started' (see _JOB_STATE)
+    job_state: str  # 'open', 'due' or 'started' (see JOB_STATE)
 
     @property
     def field_digests(self) -> dict[str, str]:
@@ -335,11 +327,11 @@ def enqueue_rows(alias: str, rows: Sequence[tuple[int, PreparedJob]], channel: s
     result = EnqueueRows(accepted={}, existing={})
     keyed = any(request.binding is not None for _, request in rows)
     if len(rows) == 1 and keyed:
-        statement, params = ENQUEUE_ONE, _function_params(*rows[0], channel)
+        statement, params = ENQUEUE_ONE, function_params(*rows[0], channel)
     elif len(rows) == 1:
-        statement, params = ENQUEUE_ONE_UNKEYED, _one_request_params(rows[0], channel)
+        statement, params = ENQUEUE_ONE_UNKEYED, one_request_params(rows[0], channel)
     else:
-        statement, params = ENQUEUE_MANY if keyed else ENQUEUE_MANY_UNKEYED, _request_params(rows, channel, keyed)
+        statement, params = ENQUEUE_MANY if keyed else ENQUEUE_MANY_UNKEYED, request_params(rows, channel, keyed)
     for row in execute(alias, statement, params):
         ordinal, job_id, accepted = row[0], row[1], row[2]
         if accepted:
@@ -352,7 +344,7 @@ def enqueue_rows(alias: str, rows: Sequence[tuple[int, PreparedJob]], channel: s
 def take_over(alias: str, ordinal: int, request: PreparedJob, seen_job_id: int, channel: str) -> int | None:
     """Run TAKE_OVER for one request; return the new job id, or None if the key is no longer free
     or no longer names ``seen_job_id``."""
-    params = {**_one_request_params((ordinal, request), channel), "seen_job_id": seen_job_id}
+    params = {**one_request_params((ordinal, request), channel), "seen_job_id": seen_job_id}
     rows = execute(alias, TAKE_OVER, params)
     return rows[0][1] if rows else None
 
@@ -362,7 +354,7 @@ def replace_debounced(alias: str, ordinal: int, request: PreparedJob, seen_job_i
     binding = request.binding
     assert binding is not None and binding.window is not None
     params = {
-        **_one_request_params((ordinal, request), ""),
+        **one_request_params((ordinal, request), ""),
         "seen_job_id": seen_job_id,
         "reset": binding.reset,
         "window": binding.window,
@@ -389,100 +381,6 @@ def find_bindings(alias: str, rows: Sequence[tuple[int, PreparedJob]]) -> dict[i
         "key_hash": [binding.key_hash for _, binding in bindings],
     }
     return {row[0]: _existing(row[0], row[1:]) for row in execute(alias, FIND_BINDINGS, params)}
-
-
-def _request_values(ordinal: int, job: PreparedJob) -> tuple[Any, ...]:
-    """Return one request's values in _REQUEST_COLUMNS order (jsonb columns as JSON text)."""
-    binding = job.binding
-    return (
-        ordinal, job.job_type, job.queue, job.payload_json, job.priority, job.run_at, job.delay,
-        json.dumps(job.tags), job.max_attempts, job.retry_policy_json, job.deadline, job.timeout,
-        job.concurrency_key, job.concurrency_limit, binding and binding.scope, binding and binding.key_hash,
-        binding and binding.key_preview, binding and binding.mode.value, binding and binding.request_digest,
-        binding and _json_digests(binding.field_digests), binding and binding.lifetime,
-        job.scheduled_for, job.trace_context_json,
-    )  # fmt: skip
-
-
-def _function_params(ordinal: int, job: PreparedJob, channel: str) -> dict[str, Any]:
-    """Return one keyed request's parameters for ENQUEUE_ONE: its key, and the request as a batch row."""
-    binding = job.binding
-    assert binding is not None
-    return {
-        "ordinal": ordinal,
-        "scope": binding.scope,
-        "key_hash": binding.key_hash,
-        "request": _json_row(ordinal, job),
-        "channel": channel,
-    }
-
-
-def _one_request_params(row: tuple[int, PreparedJob], channel: str) -> dict[str, Any]:
-    return {**dict(zip(_COLUMNS, _request_values(*row), strict=True)), "channel": channel}
-
-
-def _request_params(rows: Sequence[tuple[int, PreparedJob]], channel: str, keyed: bool = True) -> dict[str, Any]:
-    """Encode a batch as one JSON array of arrays, read back by _MANY_REQUESTS_CTE (or, for a batch
-    without keys, _MANY_UNKEYED_REQUESTS_CTE)."""
-    row = _json_row if keyed else _json_unkeyed_row
-    return {"rows": "[" + ",".join([row(ordinal, job) for ordinal, job in rows]) + "]", "channel": channel}
-
-
-def _json_unkeyed_row(ordinal: int, job: PreparedJob) -> str:
-    """Return one request without a key as a JSON array in _UNKEYED_REQUEST_COLUMNS order."""
-    quote = _quote
-    return (
-        f"[{ordinal},{quote(job.job_type)},{quote(job.queue)},{job.payload_json},{job.priority},"
-        f"{_json_time(job.run_at)},{_json_micros(job.delay)},{_json_tags(job.tags)},"
-        f"{job.max_attempts},{job.retry_policy_json},{_json_time(job.deadline)},{_json_micros(job.timeout)},"
-        f"{'null' if job.concurrency_key is None else quote(job.concurrency_key)},"
-        f"{'null' if job.concurrency_limit is None else job.concurrency_limit},{_json_time(job.scheduled_for)},"
-        f"{job.trace_context_json or 'null'}]"
-    )
-
-
-def _json_tags(tags: list[str]) -> str:
-    return f"[{','.join(map(_quote, tags))}]" if tags else "[]"
-
-
-def _json_row(ordinal: int, job: PreparedJob) -> str:
-    """Return one request as a JSON array in _REQUEST_COLUMNS order (hot path: no per-value dispatch)."""
-    quote, binding = _quote, job.binding
-    head = (
-        f"[{ordinal},{quote(job.job_type)},{quote(job.queue)},{job.payload_json},{job.priority},"
-        f"{_json_time(job.run_at)},{_json_micros(job.delay)},{_json_tags(job.tags)},"
-        f"{job.max_attempts},{job.retry_policy_json},{_json_time(job.deadline)},{_json_micros(job.timeout)},"
-        f"{'null' if job.concurrency_key is None else quote(job.concurrency_key)},"
-        f"{'null' if job.concurrency_limit is None else job.concurrency_limit},"
-    )
-    tail = f",{_json_time(job.scheduled_for)},{job.trace_context_json or 'null'}]"
-    if binding is None:
-        return head + "null,null,null,null,null,null,null" + tail
-    return (
-        head
-        + (
-            f'{quote(binding.scope)},"{binding.key_hash.hex()}",{quote(binding.key_preview)},"{binding.mode.value}",'
-            f'"{binding.request_digest.hex()}",{_json_digests(binding.field_digests)},{_json_micros(binding.lifetime)}'
-        )
-        + tail
-    )
-
-
-def _json_digests(digests: dict[str, str]) -> str:
-    # Field names are ours and digests are hex: nothing needs escaping.
-    return "{" + ",".join(f'"{name}":"{digest}"' for name, digest in digests.items()) + "}"
-
-
-# JSON string quoting without json.dumps' per-call set-up (the C function json.dumps itself uses).
-_quote: Callable[[str], str] = json.encoder.encode_basestring
-
-
-def _json_time(value: datetime | None) -> str:
-    return "null" if value is None else f'"{value.isoformat()}"'
-
-
-def _json_micros(value: timedelta | None) -> str:
-    return "null" if value is None else str(value // _MICROSECOND)
 
 
 def _existing(ordinal: int, values: Sequence[Any]) -> ExistingBinding:

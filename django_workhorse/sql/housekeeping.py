@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
 from django_workhorse.sql.connection import execute, run
-from django_workhorse.sql.keys import _FREE, _TERMINAL
+from django_workhorse.sql.keys import FREE, TERMINAL
 
 # purge_queued: delete queued jobs of a queue (or by id), in one statement. Their bindings are
 # released at once, and their events, checkpoints (a job waiting for a retry may have some) and
@@ -39,7 +39,7 @@ WHERE id IN (
     SELECT binding.id FROM workhorse_binding AS binding
     JOIN workhorse_job AS job ON job.id = binding.job_id
     WHERE binding.expires_at <= statement_timestamp()
-      AND {_FREE.format(now="statement_timestamp()")}
+      AND {FREE.format(now="statement_timestamp()")}
     LIMIT %(limit)s
     FOR UPDATE OF binding SKIP LOCKED
 )
@@ -78,17 +78,17 @@ PRUNE_STALE_WORKERS = "DELETE FROM workhorse_worker WHERE heartbeat_at < clock_t
 PRUNE_FINISHED_JOBS = f"""
 WITH candidates AS MATERIALIZED (
     SELECT id, finished_at FROM workhorse_job
-    WHERE status IN {_TERMINAL} AND finished_at < %(before)s
+    WHERE status IN {TERMINAL} AND finished_at < %(before)s
       AND finished_at >= %(after_at)s AND (finished_at > %(after_at)s OR id > %(after_id)s)
     ORDER BY finished_at, id
     LIMIT %(limit)s
 ),
 doomed AS MATERIALIZED (
     SELECT id FROM workhorse_job AS job
-    WHERE id IN (SELECT id FROM candidates) AND status IN {_TERMINAL}
+    WHERE id IN (SELECT id FROM candidates) AND status IN {TERMINAL}
       AND NOT EXISTS (
           SELECT 1 FROM workhorse_binding AS binding
-          WHERE binding.job_id = job.id AND NOT ({_FREE.format(now="statement_timestamp()")})
+          WHERE binding.job_id = job.id AND NOT ({FREE.format(now="statement_timestamp()")})
       )
     ORDER BY id
     FOR UPDATE SKIP LOCKED

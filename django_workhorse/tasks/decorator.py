@@ -12,7 +12,7 @@ from django_workhorse.enqueueing.fingerprints import derived_key
 from django_workhorse.enqueueing.validation import MODE_OPTIONS, resolve_options
 from django_workhorse.exceptions import ScheduleDefinitionError
 from django_workhorse.schedules.definition import Schedule
-from django_workhorse.schedules.sources import add_task_schedules
+from django_workhorse.tasks import registry
 from django_workhorse.tasks.registry import Handler, add_handler
 from django_workhorse.tasks.retry import RetryPolicy
 from django_workhorse.tasks.signatures import bind_arguments, declares_context
@@ -151,7 +151,7 @@ def task(
             fn, name=name or f"{fn.__module__}.{fn.__qualname__}", defaults=defaults, idempotent=idempotent
         )
         if declared:
-            add_task_schedules(made.name, declared, indexed=schedule is None)
+            registry.add_task_schedules(made.name, declared, indexed=schedule is None)
         return made
 
     return decorate(func) if func is not None else decorate

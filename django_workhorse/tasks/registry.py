@@ -5,10 +5,13 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from django_workhorse.exceptions import HandlerNotRegisteredError
 from django_workhorse.tasks.signatures import declares_context, unbind
+
+if TYPE_CHECKING:
+    from django_workhorse.schedules.definition import Schedule
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -101,3 +104,20 @@ def _import_task_backends() -> None:
         if isinstance(backend, str):
             with contextlib.suppress(ImportError):  # a broken path is Django's to report
                 import_string(backend)
+
+
+# Task name -> the (schedule name, schedule) pairs its @task declared, in declaration order; a task
+# declared again (a module imported again) replaces its entries. ``schedules.sources`` reads them:
+# the schedules depend on the tasks, never the other way round.
+task_schedules: dict[str, list[tuple[str, Schedule]]] = {}
+
+
+def add_task_schedules(task_name: str, schedules: list[Schedule], *, indexed: bool) -> None:
+    """Declare the schedules of a ``@task``: named by ``Schedule.name``, else the task name (with
+    ``[i]`` when declared with ``schedules=``)."""
+    global generation
+    task_schedules[task_name] = [
+        (schedule.name or (f"{task_name}[{i}]" if indexed else task_name), schedule)
+        for i, schedule in enumerate(schedules)
+    ]
+    generation += 1

@@ -1,0 +1,104 @@
+"""Constraint and index names, and what every table of keys shares (``HashedKey``).
+
+The names are constants: the ``sql`` package refers to them, so a rename cannot silently break
+the code that translates their violations.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+
+from django_workhorse import conf
+from django_workhorse.enqueueing.fingerprints import key_digest
+
+JOB_READY_IDX = "workhorse_job_ready_idx"
+JOB_LEASE_IDX = "workhorse_job_lease_idx"
+JOB_FINISHED_IDX = "workhorse_job_finished_idx"
+JOB_DEAD_IDX = "workhorse_job_dead_idx"
+WORKER_NAME_UNIQ = "workhorse_worker_name_uniq"
+CHECKPOINT_NAME_UNIQ = "workhorse_checkpoint_job_name_uniq"
+REDRIVE_REQUEST_UNIQ = "workhorse_redrive_source_request_uniq"
+JOB_PRIORITY_CHECK = "workhorse_job_priority_check"
+JOB_MAX_ATTEMPTS_CHECK = "workhorse_job_max_attempts_check"
+JOB_ATTEMPT_CHECK = "workhorse_job_attempt_check"
+JOB_STATUS_CHECK = "workhorse_job_status_check"
+JOB_TAGS_CHECK = "workhorse_job_tags_check"
+JOB_QUEUE_CHECK = "workhorse_job_queue_check"
+JOB_TYPE_CHECK = "workhorse_job_type_check"
+JOB_CONCURRENCY_KEY_CHECK = "workhorse_job_concurrency_key_check"
+JOB_RUN_AT_CHECK = "workhorse_job_run_at_check"
+JOB_DEADLINE_CHECK = "workhorse_job_deadline_check"
+BINDING_KEY_UNIQ = "workhorse_binding_scope_key_hash_uniq"
+BINDING_EXPIRES_IDX = "workhorse_binding_expires_idx"
+BINDING_KEY_HASH_CHECK = "workhorse_binding_key_hash_check"
+BINDING_SCOPE_CHECK = "workhorse_binding_scope_check"
+BINDING_MODE_CHECK = "workhorse_binding_mode_check"
+JOB_CONCURRENCY_SLOT_UNIQ = "workhorse_job_concurrency_slot_uniq"
+JOB_CONCURRENCY_LIMIT_CHECK = "workhorse_job_concurrency_limit_check"
+EFFECT_KEY_UNIQ = "workhorse_effect_scope_key_hash_uniq"
+EFFECT_EXPIRES_IDX = "workhorse_effect_expires_idx"
+EFFECT_KEY_HASH_CHECK = "workhorse_effect_key_hash_check"
+EFFECT_SCOPE_CHECK = "workhorse_effect_scope_check"
+SCHEDULE_NAME_UNIQ = "workhorse_schedule_name_uniq"
+SCHEDULE_EVENT_REQUEST_UNIQ = "workhorse_schedule_event_request_uniq"
+# The identity sequence PostgreSQL creates for workhorse_job.id; enqueue draws ids from it
+# before inserting so that a binding and its job can be written in one statement.
+JOB_ID_SEQUENCE = "workhorse_job_id_seq"
+# How a job's children (bindings, events, checkpoints, redrive records) reference it. The database
+# deletes them with the job (ON DELETE CASCADE, set by migration 0007, since Django 5.2 cannot declare
+# it), so purge and prune delete only jobs and ``Job.objects.filter(...).delete()`` is one DELETE:
+# DO_NOTHING keeps the ORM from collecting and deleting the children itself.
+JOB_CHILD = models.DO_NOTHING
+
+
+def octet_length(field: str) -> models.Func:
+    return models.Func(models.F(field), function="octet_length", output_field=models.IntegerField())
+
+
+def readable_instant(field: str) -> models.Q:
+    return models.Q(**{f"{field}__gte": conf.MIN_STORED_DATETIME, f"{field}__lte": conf.MAX_STORED_DATETIME})
+
+
+class HashedKey(models.Model):
+    """A scoped key stored only as its SHA-256 (``fingerprint.key_hash``), a bounded preview and,
+    derived from the hash, a digest: the columns, checks and display shared by bindings and effects.
+
+    Each model declares its own ``expires_at`` (a unique key's binding has none; an effect always
+    has one) and passes its constraint and index names to ``hashed_key_constraints`` and
+    ``hashed_key_indexes``, so the schema keeps the names the sql package refers to.
+    """
+
+    scope = models.CharField(max_length=conf.MAX_SCOPE_BYTES)
+    key_hash = models.BinaryField(max_length=32)
+    key_preview = models.CharField(max_length=16)
+
+    class Meta:
+        abstract = True
+
+    def __str__(self) -> str:
+        return f"{self.scope}:{self.key_preview} [{self.key_digest}]"
+
+    @property
+    def key_digest(self) -> str:
+        """The 12-hex digest of the key, for display and search."""
+        return key_digest(bytes(self.key_hash))
+
+
+def hashed_key_constraints(*, unique: str, key_hash_check: str, scope_check: str) -> list[models.BaseConstraint]:
+    """One owner per ``(scope, key_hash)``, a 32-byte hash and a scope of 1..MAX_SCOPE_BYTES bytes."""
+    return [
+        models.UniqueConstraint(fields=["scope", "key_hash"], name=unique),
+        models.CheckConstraint(condition=models.lookups.Exact(octet_length("key_hash"), 32), name=key_hash_check),
+        models.CheckConstraint(
+            condition=models.Q(
+                models.lookups.GreaterThanOrEqual(octet_length("scope"), 1),
+                models.lookups.LessThanOrEqual(octet_length("scope"), conf.MAX_SCOPE_BYTES),
+            ),
+            name=scope_check,
+        ),
+    ]
+
+
+def hashed_key_indexes(*, expires: str) -> list[models.Index]:
+    """The index maintenance prunes expired rows by."""
+    return [models.Index(fields=["expires_at"], name=expires)]
