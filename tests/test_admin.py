@@ -455,10 +455,12 @@ def test_binding_pages_show_preview_digest_and_owner(client, django_user_model, 
     assert f'href="{FIND}"' in body(listing)
     for text in (unescape(body(listing)), unescape(detail)):
         assert "raw-key-…cret" in text and world.digest in text and SCOPE in text
-        assert (
-            f'<a href="{change_url(JOBS, world.keyed.pk)}">#{world.keyed.pk} billing.capture_invoice (queued)</a>'
-            in (text)
-        )
+    assert (
+        f'<a href="{change_url(JOBS, world.keyed.pk)}">#{world.keyed.pk} billing.capture_invoice (queued)</a>'
+        in unescape(detail)
+    )
+    assert f'<a href="{change_url(JOBS, world.keyed.pk)}">#{world.keyed.pk}</a> queued' in unescape(body(listing))
+    assert 'title="billing.capture_invoice"' in body(listing)
     assert key_hash(SCOPE, RAW_KEY).hex() in detail
     assert result_ids(client.get(f"{BINDINGS}?q={world.digest}")) == {world.binding.pk}
     assert result_ids(client.get(f"{BINDINGS}?q={SCOPE}")) == {world.binding.pk}
@@ -937,7 +939,7 @@ def test_times_labelled_utc_are_in_utc_whatever_the_time_zone(client, django_use
     detail = body(client.get(change_url(JOBS, world.keyed.pk)))
     dashboard = body(client.get(DASHBOARD))
 
-    assert "2024-01-02 03:04:05.000000" in section(detail, "workhorse-events")
+    assert "2024-01-02 03:04:05<" in section(detail, "workhorse-events")  # one precision: the second
     assert section(dashboard, "workhorse-failures").count("2024-01-02 03:04:05") == 2  # died; the worker's heartbeat
     assert "2024-01-01 22:04:05" not in detail + dashboard  # New York time
 

@@ -1,8 +1,9 @@
 """The admin in a real browser: headless Chromium logs in, reads the dashboard and a job, and
-redrives a dead job and cancels a queued one through the pages an operator clicks.
+redrives a dead job and cancels a queued one through the pages an operator clicks; and every page
+fits a 1280 px window with the admin's side bar open, nothing wider than its box.
 
-It also takes the screenshots of the admin docs: each test run saves them in its ``tmp_path`` and,
-when ``WORKHORSE_SCREENSHOTS_DIR`` is set, in that directory too
+The second test also takes the screenshots of the admin docs: each run saves them in its
+``tmp_path`` and, when ``WORKHORSE_SCREENSHOTS_DIR`` is set, in that directory too
 (``WORKHORSE_SCREENSHOTS_DIR=docs/images pytest tests/test_admin_browser.py`` refreshes the docs).
 """
 
@@ -27,14 +28,17 @@ from django.db.models import F
 from django.test.utils import override_settings
 from django.utils import timezone
 
-from django_workhorse import Debounce, Idempotency, Throttle, Unique, enqueue
+from django_workhorse import Debounce, Idempotency, Throttle, Unique, enqueue, enqueue_due_schedules, once, register
+from django_workhorse.enqueueing.fingerprints import key_hash, key_preview
 from django_workhorse.models import (
     Checkpoint,
+    EffectRecord,
     IdempotencyBinding,
     Job,
     JobEvent,
     JobStatus,
     Redrive,
+    ScheduleState,
     WorkerRecord,
 )
 from tests.factories import JobFactory
@@ -50,8 +54,6 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 VIEWPORT = {"width": 1280, "height": 800}
-WIDE_VIEWPORT = {"width": 1600, "height": 900}
-SCREENSHOTS = ("admin-dashboard.png", "admin-job.png", "admin-bindings.png")
 USERNAME, PASSWORD = "operator", "correct-horse-battery-staple"
 ADMIN_STATIC = Path(django.contrib.admin.__file__).parent / "static"
 TIMEOUT_MS = 15_000
@@ -294,7 +296,7 @@ def depths_by_queue() -> dict[str, dict[str, str]]:
     }
 
 
-def test_operator_works_the_admin_in_a_real_browser(live_server, django_user_model, tmp_path):
+def test_operator_works_the_admin_in_a_real_browser(live_server, django_user_model):
     from playwright.sync_api import sync_playwright
 
     now = timezone.now()
@@ -304,7 +306,6 @@ def test_operator_works_the_admin_in_a_real_browser(live_server, django_user_mod
     expected_depths = depths_by_queue()
     bindings = IdempotencyBinding.objects.count()
     url = live_server.url
-    shots = tmp_path / "screenshots"
 
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
@@ -312,8 +313,8 @@ def test_operator_works_the_admin_in_a_real_browser(live_server, django_user_mod
             context = browser.new_context(viewport=VIEWPORT, color_scheme="light", locale="en-US", timezone_id="UTC")
             try:
                 context.set_default_timeout(TIMEOUT_MS)
-                # the model list in the side bar folded away, as the admin remembers it once folded: wider tables
-                context.add_init_script("window.localStorage.setItem('django.admin.navSidebarIsOpen', 'false')")
+                # the model list in the side bar open, as it is until an operator folds it
+                context.add_init_script("window.localStorage.setItem('django.admin.navSidebarIsOpen', 'true')")
                 page = context.new_page()
 
                 # log in; the admin sends us on to the dashboard
@@ -333,7 +334,6 @@ def test_operator_works_the_admin_in_a_real_browser(live_server, django_user_mod
                     } == expected
                 assert int(page.locator('[data-field="total"]').inner_text()) > 300
                 assert page.locator("#workhorse-throughput rect.ok").count() > 50
-                page.screenshot(path=shots / "admin-dashboard.png")
 
                 # a job's page: payload, result, key, history
                 page.goto(f"{url}/admin/workhorse/job/{showcase.job.pk}/change/")
@@ -341,23 +341,13 @@ def test_operator_works_the_admin_in_a_real_browser(live_server, django_user_mod
                 assert "ch_3PQk2LJx9aFz" in page.locator("#workhorse-result").inner_text()
                 assert "idempotency key capture:…0801" in page.locator("#workhorse-binding").inner_text()
                 assert page.locator("#workhorse-events tbody tr").count() == 7
-                # the job's own sections (payload to timeline); the model fields above them take a page of their own
-                top, bottom = page.evaluate(
-                    "[document.querySelector('#workhorse-payload').getBoundingClientRect().top + window.scrollY,"
-                    " document.querySelector('#workhorse-events').getBoundingClientRect().bottom + window.scrollY]"
-                )
-                clip = {"x": 0, "y": top - 24, "width": VIEWPORT["width"], "height": bottom - top + 48}
-                page.screenshot(path=shots / "admin-job.png", full_page=True, clip=clip)
 
                 # the key's binding, one click away
                 page.click("#workhorse-binding a")
                 page.wait_for_url("**/admin/workhorse/idempotencybinding/*/change/")
                 assert "invoice-capture" in page.inner_text("#content")
-                page.set_viewport_size(WIDE_VIEWPORT)  # room for every column next to the filters
                 page.goto(f"{url}/admin/workhorse/idempotencybinding/")
                 assert page.locator("#result_list tbody tr").count() == bindings == 12
-                page.screenshot(path=shots / "admin-bindings.png")
-                page.set_viewport_size(VIEWPORT)
 
                 # redrive a dead letter: select it, run the action, read the preview, confirm
                 page.goto(f"{url}/admin/workhorse/deadjob/")
@@ -392,11 +382,205 @@ def test_operator_works_the_admin_in_a_real_browser(live_server, django_user_mod
     [cancelled] = JobEvent.objects.filter(job=showcase.cancellable, kind="cancelled")
     assert cancelled.details == {"requested_by": f"admin:{USERNAME}"}
 
-    for name in SCREENSHOTS:
+
+# -- every page fits a laptop's window, with the admin's side bar open ----------------------------
+
+# What an admin grows on: long dotted job types, long queues and scopes, errors with a long first line.
+LONG_TYPES = (
+    "integrations.salesforce.sync_opportunity_line_items_for_enterprise_accounts",
+    "reporting.exports.build_quarterly_revenue_recognition_workbook_per_region",
+)
+LONG_ERROR = (
+    "SalesforceApiError: REQUEST_LIMIT_EXCEEDED: TotalRequests Limit exceeded for organisation 00D5e000000XyZa "
+    "while syncing opportunity 0065e00000AbCdEfGh (line items 1-200 of 1,250); the daily API allowance resets "
+    "at 00:00 America/Los_Angeles, retry after https://status.salesforce.example/incidents/2024-06-11-api-limits"
+)
+SCHEDULE_TASK = "tests.admin_browser.nightly_report"
+SCHEDULES = {
+    name: {"task": SCHEDULE_TASK, **timing}
+    for name, timing in (
+        (
+            "reporting.quarterly_revenue_workbook",
+            {"cron": "15 2 * * 1-5", "timezone": "America/Argentina/Buenos_Aires"},
+        ),
+        ("billing.dunning_reminders_for_overdue_invoices", {"cron": "0 9,13,17 * * *", "timezone": "Europe/Berlin"}),
+        ("search.reindex_stale_products", {"every": timedelta(minutes=5)}),
+        ("emails.weekly_digest", {"cron": "0 7 * * 1", "timezone": "Australia/Lord_Howe"}),
+        ("integrations.salesforce.full_backfill", {"cron": "30 3 1 * *", "timezone": "Pacific/Chatham"}),
+        ("housekeeping.expire_carts", {"every": timedelta(hours=1, minutes=30)}),
+    )
+}
+# Each page an operator visits, by the screenshot it makes (None: checked, not photographed).
+LAYOUT_PAGES = (
+    ("admin-jobs.png", "/admin/workhorse/job/"),
+    ("admin-job.png", "/admin/workhorse/job/{job}/change/"),
+    ("admin-dead-letters.png", "/admin/workhorse/deadjob/"),
+    ("admin-bindings.png", "/admin/workhorse/idempotencybinding/"),
+    ("admin-ledger.png", "/admin/workhorse/effectrecord/"),
+    ("admin-workers.png", "/admin/workhorse/workerrecord/"),
+    ("admin-schedules.png", "/admin/workhorse/schedulestate/"),
+    ("admin-dashboard.png", "/admin/workhorse/job/dashboard/"),
+    (None, "/admin/workhorse/job/{failing}/change/"),
+    (None, "/admin/workhorse/schedulestate/{schedule}/change/"),
+    (None, "/admin/"),
+)
+# Whatever is wider than the box it sits in: the results table (its box scrolls instead of showing
+# every column), any table in the page's main content, or the page itself. <pre> blocks scroll on purpose.
+OVERFLOWS = """() => {
+  const wide = [];
+  const main = document.querySelector('#content-main') || document.querySelector('#content');
+  const edge = main.getBoundingClientRect().right + 1;
+  const list = document.querySelector('#result_list');
+  if (list && list.scrollWidth > list.closest('.results').clientWidth) {
+    wide.push(`#result_list ${list.scrollWidth} px in ${list.closest('.results').clientWidth} px`);
+  }
+  for (const table of main.querySelectorAll('table')) {
+    if (table.getBoundingClientRect().right > edge) wide.push(`table ${table.id || table.className} past the edge`);
+  }
+  const page = document.documentElement;
+  if (page.scrollWidth > page.clientWidth) wide.push(`page ${page.scrollWidth} px in ${page.clientWidth} px`);
+  return wide;
+}"""
+
+
+@register(SCHEDULE_TASK)
+def nightly_report(payload: Any) -> Any:
+    return payload
+
+
+@dataclass
+class Crowd:
+    failing: Job  # waiting for its next attempt, after a long error
+    schedule: int  # a schedule's id
+
+
+def crowd(now: datetime) -> Crowd:
+    """What makes columns wide: long types and errors, failing jobs, long scopes, ledger entries, schedules."""
+    jobs = []
+    for n in range(8):
+        jobs.append(
+            JobFactory.build(
+                job_type=LONG_TYPES[n % 2],
+                queue="integrations-salesforce-backfill",
+                status=JobStatus.QUEUED,
+                attempt=2 + n % 3,
+                max_attempts=8,
+                run_at=now + timedelta(minutes=3 + 7 * n),
+                created_at=now - timedelta(hours=2, minutes=n),
+                last_error=LAST_ERROR.format(LONG_ERROR),
+                tags=["salesforce", "backfill", f"region-{n % 3}"],
+            )
+        )
+        jobs.append(
+            JobFactory.build(
+                job_type=LONG_TYPES[(n + 1) % 2],
+                queue="integrations-salesforce-backfill",
+                status=JobStatus.DEAD,
+                attempt=8,
+                max_attempts=8,
+                started_at=now - timedelta(minutes=n),
+                finished_at=now - timedelta(minutes=n),
+                created_at=now - timedelta(hours=3, minutes=n),
+                last_error=LAST_ERROR.format(LONG_ERROR),
+            )
+        )
+    Job.objects.bulk_create(jobs)
+    for n in range(4):
+        enqueue(
+            LONG_TYPES[0],
+            {"opportunity": f"0065e00000AbCdEf{n:02d}"},
+            queue="integrations-salesforce-backfill",
+            idempotency=Idempotency(
+                f"salesforce:opportunity:0065e00000AbCdEf{n:02d}:line-items",
+                scope="integrations.salesforce.opportunity-sync",
+            ),
+        )
+    for n in range(6):
+        once(
+            f"stripe:refund:re_3PQk2LJx9aFz{n:02d}:order:ORD-58213-{n}",
+            lambda n=n: {"refund_id": f"re_3PQk2LJx9aFz{n:02d}", "amount": "129.90", "currency": "EUR"},
+            scope="billing.refunds.stripe-payment-intents",
+        )
+    for n in range(4):
+        key = f"checkout-7f3a9c2e-{n:04d}-4b1d-9e8f-2a6c5d4e3f21"
+        scope = "shop.checkout.create-order-from-cart"
+        EffectRecord.objects.create(
+            kind="http",
+            scope=scope,
+            key_hash=key_hash(scope, key),
+            key_preview=key_preview(key),
+            owner=f"user:{4711 + n}:customer-portal.example.com",
+            status_code=201,
+            request_digest=bytes(32),
+            field_digests={"method": "00" * 6, "path": "11" * 6, "body": "22" * 6},
+            response_headers={"Content-Type": "application/json"},
+            response_body=b'{"order": "ORD-58213"}',
+            created_at=now - timedelta(minutes=n),
+            completed_at=now - timedelta(minutes=n),
+            expires_at=now + timedelta(hours=24),
+        )
+    WorkerRecord.objects.create(
+        name="app-4.prod-eu-central-1.internal:31068:x81c",
+        host="app-4.prod-eu-central-1.internal",
+        pid=31_068,
+        queues=["integrations-salesforce-backfill", "billing", "emails", "default"],
+        concurrency=16,
+        started_at=now - timedelta(days=2),
+        heartbeat_at=now - timedelta(minutes=42),  # stopped: stale
+    )
+    enqueue_due_schedules(now)
+    failing = Job.objects.filter(status=JobStatus.QUEUED, attempt__gt=0, job_type=LONG_TYPES[0]).order_by("id").first()
+    assert failing is not None
+    return Crowd(failing=failing, schedule=ScheduleState.objects.order_by("name").values_list("pk", flat=True)[0])
+
+
+def test_every_page_fits_1280_pixels_with_the_side_bar_open(live_server, django_user_model, settings, tmp_path):
+    from playwright.sync_api import sync_playwright
+
+    settings.WORKHORSE_SCHEDULES = SCHEDULES
+    now = timezone.now()
+    showcase = populate(now)
+    extra = crowd(now)
+    user = django_user_model.objects.create_user(USERNAME, password=PASSWORD, is_staff=True)
+    user.user_permissions.add(*Permission.objects.filter(content_type__app_label="workhorse"))
+    ids = {"job": showcase.job.pk, "failing": extra.failing.pk, "schedule": extra.schedule}
+    shots = tmp_path / "screenshots"
+    seen = {}
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
+        try:
+            context = browser.new_context(viewport=VIEWPORT, color_scheme="light", locale="en-US", timezone_id="UTC")
+            try:
+                context.set_default_timeout(TIMEOUT_MS)
+                context.add_init_script("window.localStorage.setItem('django.admin.navSidebarIsOpen', 'true')")
+                page = context.new_page()
+                page.goto(f"{live_server.url}/admin/login/?next=/admin/")
+                page.fill("#id_username", USERNAME)
+                page.fill("#id_password", PASSWORD)
+                page.click("input[type=submit]")
+                page.wait_for_url("**/admin/")
+                for shot, path in LAYOUT_PAGES:
+                    response = page.goto(live_server.url + path.format(**ids))
+                    assert response is not None and response.ok, path
+                    if path != "/admin/":
+                        assert page.locator("#nav-sidebar").is_visible(), path
+                    seen[path] = page.evaluate(OVERFLOWS)
+                    if shot is not None:
+                        page.screenshot(path=shots / shot, full_page=shot == "admin-job.png")
+            finally:
+                context.close()
+        finally:
+            browser.close()
+
+    clipped = [f"{path}: {'; '.join(wide)}" for path, wide in seen.items() if wide]
+    assert not clipped, "\n".join(clipped)
+    made = [shot for shot, _ in LAYOUT_PAGES if shot is not None]
+    for name in made:
         shot = shots / name
         assert shot.read_bytes().startswith(b"\x89PNG\r\n\x1a\n"), name
         assert shot.stat().st_size < 400_000, f"{name} is {shot.stat().st_size} bytes"
     if target := os.environ.get("WORKHORSE_SCREENSHOTS_DIR"):
         Path(target).mkdir(parents=True, exist_ok=True)
-        for name in SCREENSHOTS:
+        for name in made:
             shutil.copyfile(shots / name, Path(target) / name)

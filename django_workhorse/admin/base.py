@@ -144,6 +144,8 @@ class ReadOnlyAdmin(CheckedAdmin):
     purge for queued jobs, release for bindings).
     """
 
+    change_list_template = "admin/workhorse/change_list.html"  # cells cut to fit (``display.cut``)
+
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 

@@ -19,6 +19,7 @@ from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.decorators import method_decorator
 from django.utils.html import format_html
+from django.utils.safestring import SafeString
 from django.views.decorators.debug import sensitive_post_parameters
 
 from django_workhorse import conf
@@ -30,7 +31,7 @@ from django_workhorse.querysets import free_binding_q
 
 from .base import ReadOnlyAdmin, YesNoFilter, actor, has_permission
 from .confirmation import Preview, confirm, confirmed_request_id
-from .display import job_anchor
+from .display import cut, instant_cell, instant_field, job_anchor, stacked
 
 HEX_DIGEST = re.compile(r"(?:[0-9a-f]{2}){1,32}")
 
@@ -81,8 +82,8 @@ BINDING_FIELDS = (
     "key_digest",
     "key_hash_hex",
     "job_link",
-    "created_at",
-    "expires_at",
+    "created",
+    "expires_utc",
     "active",
     "request_digest_hex",
     "previous_request_digest_hex",
@@ -108,7 +109,7 @@ def _release_row(binding: IdempotencyBinding) -> tuple[object, ...]:
 class BindingAdmin(ReadOnlyAdmin):
     """Idempotency bindings: who owns which key (by preview and digest), until when; release."""
 
-    list_display = ["key_preview", "key_digest", "scope", "mode", "job_link", "created_at", "expires_at", "active"]
+    list_display = ["key", "scope_and_mode", "job_cell", "expires", "active"]
     list_filter = ["mode", LiveFilter, ("scope", admin.AllValuesFieldListFilter)]
     search_fields = ["scope"]
     search_help_text = "A key digest (12 hex characters) or a scope."
@@ -133,6 +134,27 @@ class BindingAdmin(ReadOnlyAdmin):
         if (by_digest := digest_prefix_filter(term)) is not None:
             matches |= by_digest
         return matches
+
+    created = instant_field("created_at", "created at")
+    expires_utc = instant_field("expires_at", "expires at")
+
+    @admin.display(description="key (digest)")
+    def key(self, obj: IdempotencyBinding) -> SafeString:
+        return stacked(cut(obj.key_preview), obj.key_digest)
+
+    @admin.display(description="scope (mode)", ordering="scope")
+    def scope_and_mode(self, obj: IdempotencyBinding) -> SafeString:
+        return stacked(cut(obj.scope, width="wide"), obj.mode)
+
+    @admin.display(description="job")
+    def job_cell(self, obj: IdempotencyBinding) -> SafeString:
+        return stacked(
+            format_html("{} {}", job_anchor(obj.job_id), obj.job.status), cut(obj.job.job_type, width="wide")
+        )
+
+    @admin.display(description="expires at", ordering="expires_at")
+    def expires(self, obj: IdempotencyBinding) -> SafeString | str:
+        return instant_cell(obj.expires_at)
 
     @admin.display(description="key digest")
     def key_digest(self, obj: IdempotencyBinding) -> str:

@@ -1,5 +1,5 @@
-"""The dashboard page: queue depths, throughput over the last hour, recent failures, workers, next
-ticks, and per scope the live bindings and what the keys saved."""
+"""The dashboard page: queue depths, failing jobs, throughput over the last hour, recent failures,
+workers (alive or stale), next ticks, and per scope the live bindings and what the keys saved."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from django_workhorse.operations import stats
 from django_workhorse.schedules import overview as schedule_overview
 
 from .display import error_head, error_summary
+from .states import failing_by_queue, worker_state
 
 DASHBOARD_REFRESH_SECONDS = 10
 # This process's readings of the keyed-request counters, one per render: each render shows the
@@ -33,6 +34,7 @@ def dashboard_view(model_admin: admin.ModelAdmin, request: HttpRequest) -> HttpR
         raise PermissionDenied
     now = timezone.now()
     throughput = stats.throughput(now=now)
+    failing = failing_by_queue()
     context = {
         **model_admin.admin_site.each_context(request),
         "title": "Workhorse dashboard",
@@ -42,7 +44,9 @@ def dashboard_view(model_admin: admin.ModelAdmin, request: HttpRequest) -> HttpR
         "throughput": throughput,
         "chart": throughput_chart(throughput),
         "failures": [(job, error_summary(error_head(job))) for job in stats.recent_failures()],
-        "workers": stats.workers(),
+        "failing": failing,
+        "failing_total": sum(count for _, count in failing),
+        "workers": [(worker, worker_state(worker.heartbeat_at, now)) for worker in stats.workers()],
         "upcoming": schedule_overview.upcoming_ticks(now=now),
         "schedule_counts": schedule_overview.schedule_counts(),
         "scopes": keyed_rates.by_scope(stats.live_bindings(now=now), RECENT_KEYED.rates()),

@@ -8,20 +8,21 @@ from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.urls import URLPattern
+from django.utils.safestring import SafeString
 
 from django_workhorse.models import Job, JobStatus
 
 from .base import has_permission
-from .display import error_head, error_summary
+from .display import instant_cell
 from .jobs import JobAdmin, TagFilter
 
 
 class DeadJobAdmin(JobAdmin):
     """Dead letters: jobs whose last attempt failed, with their error; redrive in bulk."""
 
-    list_display = ["id", "job_type", "queue", "attempts", "finished_at", "error", "key"]
+    list_display = ["id", "job", "attempts", "died_at", "last_error_line"]
     list_filter = [("queue", admin.AllValuesFieldListFilter), ("job_type", admin.AllValuesFieldListFilter), TagFilter]
-    change_list_template = "admin/change_list.html"
+    change_list_template = "admin/workhorse/change_list.html"  # not the jobs' dashboard button
     actions = ["redrive_jobs"]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
@@ -36,6 +37,6 @@ class DeadJobAdmin(JobAdmin):
     def has_module_permission(self, request: HttpRequest) -> bool:
         return has_permission(request, "view_job") or super().has_module_permission(request)
 
-    @admin.display(description="error")
-    def error(self, obj: Job) -> str:
-        return error_summary(error_head(obj))
+    @admin.display(description="died at", ordering="finished_at")
+    def died_at(self, obj: Job) -> SafeString | str:
+        return instant_cell(obj.finished_at)

@@ -2,6 +2,9 @@
 
 Lists of jobs never load payloads, results or whole errors. Purge, which deletes the job and its
 events, records the acting user in the admin log; the other actions record it in the job's events.
+
+The list shows a *failing* job (queued, waiting for a retry: ``states.failing_q``) as a state of
+its own and filters on it.
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ from django.db.models import Exists, OuterRef, Q, QuerySet, Subquery
 from django.db.models.functions import Left
 from django.http import HttpRequest, HttpResponse
 from django.urls import URLPattern, path
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
 
 from django_workhorse.exceptions import WorkhorseError
 from django_workhorse.models import Checkpoint, EventKind, IdempotencyBinding, Job, JobEvent, JobStatus, Redrive
@@ -24,9 +29,41 @@ from .base import ReadOnlyAdmin, YesNoFilter, actor, has_permission, parse_id
 from .bindings import digest_prefix_filter
 from .confirmation import Preview, confirm, confirmed_request_id, job_rows
 from .dashboard import dashboard_view
-from .display import event_details, pretty_json
+from .display import (
+    cut,
+    error_head,
+    error_line,
+    event_details,
+    instant_cell,
+    instant_field,
+    pretty_json,
+    retry_policy_words,
+    stacked,
+)
+from .states import FAILING, failing_q, is_failing
 
 RECENT_TAGS_SCAN = 1000
+
+# A job's page leads with what an operator reads first; the rest is folded away below the timeline.
+LEAD_FIELDS = ("job_type", "queue", "status_line", "attempts", "run_at_utc", "finished_at_utc", "error_text")
+FOLDED_FIELDSETS = (
+    ("Options", ("priority", "retry", "tags", "timeout", "deadline_utc", "concurrency_key", "concurrency_limit")),
+    (
+        "Internals",
+        (
+            "created_at_utc",
+            "started_at_utc",
+            "scheduled_for_utc",
+            "claimed_by",
+            "lease_token",
+            "lease_expires_at_utc",
+            "concurrency_slot",
+            "cancel_requested",
+            "root_id",
+            "trace_context",
+        ),
+    ),
+)
 
 # The preview pages of the two actions that ask for confirmation.
 REDRIVE = Preview(
@@ -43,6 +80,24 @@ PURGE = Preview(
     explanation="Purged jobs are deleted with their history, and their keys are released at once. "
     "Running and finished jobs are never purged.",
 )
+
+
+class StatusFilter(admin.SimpleListFilter):
+    """A job's status, with *failing* (queued, waiting for a retry) next to queued."""
+
+    title = "status"
+    parameter_name = "status"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        statuses = [(str(value), str(label)) for value, label in JobStatus.choices]
+        return [statuses[0], (FAILING, "Failing (waiting for a retry)"), *statuses[1:]]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        if self.value() == FAILING:
+            return queryset.filter(failing_q())
+        if self.value() is None:
+            return queryset
+        return queryset.filter(status=self.value())  # not a status: nothing, as Django's own filter
 
 
 class HasKeyFilter(YesNoFilter):
@@ -73,19 +128,13 @@ class TagFilter(admin.SimpleListFilter):
 class JobAdmin(ReadOnlyAdmin):
     """Jobs: browse, filter, inspect; cancel, run now, redrive and purge with their permissions."""
 
-    list_display = [
-        "id",
-        "job_type",
-        "queue",
-        "status",
-        "priority",
-        "attempts",
-        "run_at",
-        "created_at",
-        "key",
+    list_display = ["id", "job", "state", "runs_at", "last_error_line"]
+    list_display_links = ["id", "job"]
+    list_filter = [
+        StatusFilter,
+        ("queue", admin.AllValuesFieldListFilter),
+        ("job_type", admin.AllValuesFieldListFilter),
     ]
-    list_display_links = ["id", "job_type"]
-    list_filter = ["status", ("queue", admin.AllValuesFieldListFilter), ("job_type", admin.AllValuesFieldListFilter)]
     list_filter += [HasKeyFilter, TagFilter]
     search_fields = ["job_type"]
     search_help_text = "A job id, a job type, or a key digest (12 hex characters)."
@@ -114,8 +163,12 @@ class JobAdmin(ReadOnlyAdmin):
             error_head=Left("last_error", stats.ERROR_HEAD_CHARS)
         )
 
+    def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
+        folded = [(name, {"fields": fields, "classes": ["collapse"]}) for name, fields in FOLDED_FIELDSETS]
+        return [(None, {"fields": LEAD_FIELDS}), *folded]
+
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
-        return [field.name for field in Job._meta.fields if field.name not in self.exclude]
+        return [field for _, options in self.get_fieldsets(request, obj) for field in options["fields"]]
 
     def has_cancel_permission(self, request: HttpRequest) -> bool:
         return has_permission(request, "cancel_job")
@@ -138,13 +191,52 @@ class JobAdmin(ReadOnlyAdmin):
             matches |= by_digest
         return matches
 
+    @admin.display(description="job (queue, key)", ordering="job_type")
+    def job(self, obj: Any) -> SafeString:
+        job = stacked(cut(obj.job_type, width="wide"), cut(obj.queue, width="wide"))
+        return stacked(job, self.key(obj)) if obj.key_preview else job
+
+    @admin.display(description="state (attempts)", ordering="status")
+    def state(self, obj: Job) -> SafeString:
+        return stacked(FAILING if is_failing(obj) else obj.status, self.attempts(obj))
+
     @admin.display(description="attempts")
     def attempts(self, obj: Job) -> str:
         return f"{obj.attempt}/{obj.max_attempts}"
 
+    @admin.display(description="runs at", ordering="run_at")
+    def runs_at(self, obj: Job) -> SafeString | str:
+        return instant_cell(obj.run_at)
+
+    @admin.display(description="last error")
+    def last_error_line(self, obj: Job) -> SafeString | str:
+        return error_line(error_head(obj))
+
     @admin.display(description="key")
-    def key(self, obj: Any) -> str:
-        return f"{obj.key_mode}: {obj.key_preview}" if obj.key_preview else ""
+    def key(self, obj: Any) -> SafeString | str:
+        return cut(f"{obj.key_mode}: {obj.key_preview}", width="wide") if obj.key_preview else ""
+
+    # -- a job's page -------------------------------------------------------------------------
+
+    @admin.display(description="status")
+    def status_line(self, obj: Job) -> str:
+        return f"{FAILING} (queued, waiting for a retry)" if is_failing(obj) else obj.status
+
+    @admin.display(description="last error")
+    def error_text(self, obj: Job) -> SafeString | str:
+        return format_html('<pre class="workhorse-traceback">{}</pre>', obj.last_error) if obj.last_error else "—"
+
+    @admin.display(description="retry policy")
+    def retry(self, obj: Job) -> str:
+        return retry_policy_words(obj.retry_policy)
+
+    run_at_utc = instant_field("run_at", "runs at")
+    finished_at_utc = instant_field("finished_at", "finished at")
+    created_at_utc = instant_field("created_at", "created at")
+    started_at_utc = instant_field("started_at", "started at")
+    scheduled_for_utc = instant_field("scheduled_for", "scheduled for")
+    deadline_utc = instant_field("deadline", "deadline")
+    lease_expires_at_utc = instant_field("lease_expires_at", "lease expires at")
 
     # -- actions ------------------------------------------------------------------------------
 

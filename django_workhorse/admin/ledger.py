@@ -12,6 +12,7 @@ from django.contrib import admin, messages
 from django.db.models import BooleanField, ExpressionWrapper, F, Func, IntegerField, Q, QuerySet
 from django.db.models.functions import Now
 from django.http import HttpRequest, HttpResponse
+from django.utils.safestring import SafeString
 
 from django_workhorse.models import EffectRecord
 from django_workhorse.operations.actions import release_effects
@@ -19,7 +20,7 @@ from django_workhorse.operations.actions import release_effects
 from .base import ReadOnlyAdmin, YesNoFilter, has_permission
 from .bindings import digest_prefix_filter
 from .confirmation import Preview, confirm, confirmed_request_id
-from .display import pretty_json
+from .display import cut, instant_cell, instant_field, pretty_json, stacked
 
 LEDGER_FIELDS = (
     "kind",
@@ -28,9 +29,9 @@ LEDGER_FIELDS = (
     "key_preview",
     "key_digest",
     "status_code",
-    "created_at",
-    "completed_at",
-    "expires_at",
+    "created",
+    "completed",
+    "expires_utc",
     "live",
     "request_digest_hex",
     "field_digests",
@@ -63,17 +64,7 @@ class LiveFilter(YesNoFilter):
 class LedgerAdmin(ReadOnlyAdmin):
     """Ledger entries by scope, owner, preview and digest; an HTTP record's status; release."""
 
-    list_display = [
-        "key_preview",
-        "key_digest",
-        "kind",
-        "scope",
-        "owner",
-        "status_code",
-        "created_at",
-        "expires_at",
-        "live",
-    ]
+    list_display = ["key", "kind_and_status", "scope_and_owner", "expires", "live"]
     list_filter = ["kind", LiveFilter, ("scope", admin.AllValuesFieldListFilter)]
     search_fields = ["scope", "owner"]
     search_help_text = "A key digest (12 hex characters), a scope or an owner."
@@ -99,6 +90,26 @@ class LedgerAdmin(ReadOnlyAdmin):
         if (by_digest := digest_prefix_filter(term, model=EffectRecord)) is not None:
             matches |= by_digest
         return matches
+
+    created = instant_field("created_at", "created at")
+    completed = instant_field("completed_at", "completed at")
+    expires_utc = instant_field("expires_at", "expires at")
+
+    @admin.display(description="key (digest)")
+    def key(self, obj: EffectRecord) -> SafeString:
+        return stacked(cut(obj.key_preview), obj.key_digest)
+
+    @admin.display(description="kind", ordering="kind")
+    def kind_and_status(self, obj: EffectRecord) -> str:
+        return f"HTTP {obj.status_code or '—'}" if obj.kind == "http" else "once() effect"
+
+    @admin.display(description="scope (owner)", ordering="scope")
+    def scope_and_owner(self, obj: EffectRecord) -> SafeString:
+        return stacked(cut(obj.scope, width="wide"), cut(obj.owner, width="wide") if obj.owner else "—")
+
+    @admin.display(description="expires at", ordering="expires_at")
+    def expires(self, obj: EffectRecord) -> SafeString | str:
+        return instant_cell(obj.expires_at)
 
     @admin.display(description="key digest")
     def key_digest(self, obj: EffectRecord) -> str:

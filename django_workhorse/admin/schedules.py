@@ -8,7 +8,6 @@ in the schedule's events.
 
 from __future__ import annotations
 
-from datetime import timezone as dt_timezone
 from typing import Any
 
 from django.contrib import admin, messages
@@ -25,9 +24,10 @@ from django_workhorse.schedules.actions import pause_schedules, resume_schedules
 
 from .base import ReadOnlyAdmin, actor, has_permission
 from .confirmation import Preview, confirm, confirmed_request_id
-from .display import job_anchor, pretty_json
+from .display import INSTANT_FORMAT, cut, instant, instant_field, job_anchor, pretty_json, stacked
 
-TIME_FORMAT = "%Y-%m-%d %H:%M:%S"
+# The list shows this many next ticks of each schedule; its page shows ``NEXT_TICKS``.
+LIST_TICKS = 3
 # The detail page shows the newest events, up to this many.
 DETAIL_EVENTS = 200
 
@@ -45,34 +45,41 @@ SCHEDULE_FIELDS = (
     "task",
     "expression",
     "zone",
-    "next_ticks",
+    "next_ticks_utc",
     "active",
     "paused",
-    "evaluated_until",
-    "last_tick_at",
+    "evaluated_until_utc",
+    "last_tick_utc",
     "last_job",
-    "last_skip_at",
+    "last_skip_utc",
     "last_skip_reason",
     "digest",
-    "created_at",
-    "updated_at",
+    "created",
+    "updated",
 )
 
 
 def _utc(value: Any) -> str:
-    return "—" if value is None else f"{value.astimezone(dt_timezone.utc):{TIME_FORMAT}} UTC"
+    return "—" if value is None else f"{instant(value)} UTC"
 
 
-def _tick_lines(state: ScheduleState) -> SafeString | str:
+def _tick_lines(state: ScheduleState, count: int | None = None) -> SafeString | str:
+    """The next ticks, one a line: in the list, local time (the zone is in its own column) with the
+    zone's abbreviation and UTC on hover; on the page, both."""
     if not state.active or state.paused:
         return f"— ({schedule_overview.state_label(state)})"
     declared = schedule_overview.declared_by_name().get(state.name)
     if declared is None:
         return "— (not declared in this code)"
     zone = declared.schedule.timezone
-    ticks = schedule_overview.next_ticks(state, declared, timezone.now())
-    lines = ((f"{schedule_overview.local_time(tick, zone):{TIME_FORMAT} %Z}", _utc(tick)) for tick in ticks)
-    return format_html_join(mark_safe("<br>"), "{} ({})", lines) or "—"
+    ticks = schedule_overview.next_ticks(state, declared, timezone.now(), count or schedule_overview.NEXT_TICKS)
+    local = [(schedule_overview.local_time(tick, zone), _utc(tick)) for tick in ticks]
+    if count is None:
+        lines = ((f"{at:{INSTANT_FORMAT} %Z}", utc) for at, utc in local)
+        return format_html_join(mark_safe("<br>"), "{} ({})", lines) or "—"
+    template = '<span class="workhorse-tick" title="{1} = {2}">{0}</span>'
+    cells = ((f"{at:{INSTANT_FORMAT}}", f"{at:{INSTANT_FORMAT} %Z}", utc) for at, utc in local)
+    return format_html_join(mark_safe("<br>"), template, cells) or "—"
 
 
 def _last_job(state: Any) -> SafeString | str:
@@ -86,18 +93,7 @@ def _last_job(state: Any) -> SafeString | str:
 class ScheduleAdmin(ReadOnlyAdmin):
     """Schedules: next ticks, last tick and job, paused/active; pause, resume and run now."""
 
-    list_display = [
-        "name",
-        "task",
-        "expression",
-        "zone",
-        "next_ticks",
-        "last_tick_at",
-        "last_job",
-        "paused",
-        "active",
-        "last_skip",
-    ]
+    list_display = ["schedule", "timing", "next_ticks", "last_job", "last_skip"]
     list_filter = ["paused", "active"]
     search_fields = ["name", "task"]
     search_help_text = "A schedule's name or task."
@@ -128,17 +124,41 @@ class ScheduleAdmin(ReadOnlyAdmin):
         declared = schedule_overview.declared_by_name().get(obj.name)
         return schedule_overview.expression(obj, declared)[1] or "—"
 
-    @admin.display(description="next ticks (local, UTC)")
+    @admin.display(description="schedule (task)", ordering="name")
+    def schedule(self, obj: ScheduleState) -> SafeString:
+        return stacked(cut(obj.name, width="wide"), cut(obj.task, width="wide"))
+
+    @admin.display(description="timing (zone)")
+    def timing(self, obj: ScheduleState) -> SafeString:
+        return stacked(cut(self.expression(obj), width="narrow"), cut(self.zone(obj), width="narrow"))
+
+    @admin.display(description=f"next {LIST_TICKS} ticks (local)")
     def next_ticks(self, obj: ScheduleState) -> SafeString | str:
+        return _tick_lines(obj, LIST_TICKS)
+
+    @admin.display(description="next ticks (local, UTC)")
+    def next_ticks_utc(self, obj: ScheduleState) -> SafeString | str:
         return _tick_lines(obj)
+
+    @admin.display(description="state")
+    def state(self, obj: ScheduleState) -> str:
+        return schedule_overview.state_label(obj)
+
+    evaluated_until_utc = instant_field("evaluated_until", "evaluated until")
+    last_tick_utc = instant_field("last_tick_at", "last tick")
+    last_skip_utc = instant_field("last_skip_at", "last skip at")
+    created = instant_field("created_at", "created at")
+    updated = instant_field("updated_at", "updated at")
 
     @admin.display(description="last job")
     def last_job(self, obj: ScheduleState) -> SafeString | str:
         return _last_job(obj)
 
     @admin.display(description="last skip")
-    def last_skip(self, obj: ScheduleState) -> str:
-        return "—" if obj.last_skip_at is None else f"{_utc(obj.last_skip_at)}: {obj.last_skip_reason}"
+    def last_skip(self, obj: ScheduleState) -> SafeString | str:
+        if obj.last_skip_at is None:
+            return "—"
+        return stacked(cut(obj.last_skip_reason, width="wide"), _utc(obj.last_skip_at))
 
     # -- actions ------------------------------------------------------------------------------
 

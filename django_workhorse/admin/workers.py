@@ -10,32 +10,55 @@ from django.db.models import OuterRef, QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.html import format_html_join
+from django.utils.safestring import SafeString
 
 from django_workhorse.models import Job, JobStatus, WorkerRecord
 
 from .base import ReadOnlyAdmin
-from .display import job_anchor
+from .display import cut, instant_cell, instant_field, job_anchor, stacked
+from .states import worker_state
 
 
 class WorkerAdmin(ReadOnlyAdmin):
     """Registered worker processes, their last heartbeat and the jobs they hold."""
 
-    list_display = ["name", "host", "pid", "queue_list", "concurrency", "heartbeat_at", "heartbeat_age", "jobs"]
-    readonly_fields = ["name", "host", "pid", "queues", "concurrency", "started_at", "heartbeat_at", "jobs"]
+    list_display = ["worker", "pid", "queue_list", "concurrency", "heartbeat", "state", "jobs"]
+    fields = readonly_fields = (
+        "name",
+        "host",
+        "pid",
+        "queues",
+        "concurrency",
+        "started",
+        "last_heartbeat",
+        "state",
+        "jobs",
+    )
     ordering = ["name"]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
         running = Job.objects.filter(status=JobStatus.RUNNING, claimed_by=OuterRef("name")).order_by("id")
         return super().get_queryset(request).annotate(running_job_ids=ArraySubquery(running.values("id")))
 
-    @admin.display(description="queues")
-    def queue_list(self, obj: WorkerRecord) -> str:
-        return ", ".join(obj.queues)
+    started = instant_field("started_at", "started at")
+    last_heartbeat = instant_field("heartbeat_at", "last heartbeat")
 
-    @admin.display(description="heartbeat age")
-    def heartbeat_age(self, obj: WorkerRecord) -> str:
+    @admin.display(description="worker (host)", ordering="name")
+    def worker(self, obj: WorkerRecord) -> SafeString:
+        return stacked(cut(obj.name, width="wide"), cut(obj.host, width="wide"))
+
+    @admin.display(description="queues")
+    def queue_list(self, obj: WorkerRecord) -> SafeString:
+        return cut(", ".join(obj.queues))
+
+    @admin.display(description="last heartbeat", ordering="heartbeat_at")
+    def heartbeat(self, obj: WorkerRecord) -> SafeString:
         seconds = max((timezone.now() - obj.heartbeat_at).total_seconds(), 0.0)
-        return f"{seconds:.0f} s"
+        return stacked(instant_cell(obj.heartbeat_at), f"{seconds:.0f} s ago")
+
+    @admin.display(description="state")
+    def state(self, obj: WorkerRecord) -> str:
+        return worker_state(obj.heartbeat_at)
 
     @admin.display(description="current jobs")
     def jobs(self, obj: Any) -> str:
