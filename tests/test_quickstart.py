@@ -238,7 +238,8 @@ class Reader:
             code += self.database_override
         if append:
             assert target.exists(), f"the quickstart appends to {path}, which does not exist yet"
-            code = target.read_text() + code
+            separator = "\n\n" if path.endswith(".py") else ""  # two blank lines before a definition
+            code = target.read_text() + separator + code
         target.write_text(code)
         self.files_changed = True
 
