@@ -2,10 +2,12 @@
 
     python example_project/api_client.py [--url http://127.0.0.1:8000] [--invoice ID]
 
-1. ``POST /api/orders/`` with a new key, then a simulated timeout: the client hangs up before it
-   reads the answer, as a client whose read timed out does. The shop placed the order anyway.
-2. The retry, with the same key and body, gets the same order back (``Idempotent-Replayed: true``);
-   a 409 (the first request still running) is retried after its ``Retry-After``.
+1. ``POST /api/orders/`` with a new key, then a lost answer: the client waits until the shop
+   starts answering and hangs up without reading it, as a client whose read timed out just then
+   does. The shop placed the order anyway.
+2. The retry, with the same key and body, gets the same order back (``Idempotent-Replayed: true``).
+   A retry that arrives while its first request still runs waits for it on the server (the views'
+   ``wait=``), and a 409 after that wait is retried after its ``Retry-After``.
 3. The same key with another body gets a 422 naming the part that differs.
 4. With ``--invoice``, the same for ``POST /api/invoices/<id>/capture/``.
 
@@ -17,22 +19,30 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import select
 import time
 import uuid
 from typing import Any
 from urllib.parse import urlsplit
 
 MAX_TRIES = 5
+TIMEOUT = 30
 
 
 def send(url: str, path: str, body: Any, key: str, *, read: bool = True) -> tuple[int, dict[str, str], Any]:
-    """POST ``body`` as JSON with ``Idempotency-Key: "<key>"``; with ``read=False``, hang up unread."""
+    """POST ``body`` as JSON with ``Idempotency-Key: "<key>"``.
+
+    With ``read=False`` the answer is lost: wait until it starts to arrive, then hang up unread.
+    """
     parts = urlsplit(url)
-    conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port or 80, timeout=30)
+    conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port or 80, timeout=TIMEOUT)
     headers = {"Content-Type": "application/json", "Idempotency-Key": f'"{key}"'}
     try:
         conn.request("POST", path, body=json.dumps(body).encode(), headers=headers)
         if not read:
+            # Waiting for the first byte puts the retry after this request for certain: were it
+            # sent at once, it could overtake this one, run the view itself and print no replay.
+            select.select([conn.sock], [], [], TIMEOUT)
             return 0, {}, None
         response = conn.getresponse()
         text = response.read()
@@ -60,7 +70,7 @@ def show(label: str, status: int, headers: dict[str, str], document: Any) -> Non
 
 def scenario(url: str, path: str, body: Any, changed: Any) -> dict[str, Any]:
     key = str(uuid.uuid4())
-    print(f"POST {path} with Idempotency-Key {key[:8]}…, then a simulated timeout (hang up unread)")
+    print(f"POST {path} with Idempotency-Key {key[:8]}…, then the answer is lost (hang up unread)")
     send(url, path, body, key, read=False)
     status, headers, first = retry(url, path, body, key)
     show("retry with the same key", status, headers, first)

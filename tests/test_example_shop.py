@@ -8,12 +8,18 @@ the database (the invoice row), never through sleeps.
 
 from __future__ import annotations
 
+import http.cookiejar
 import json
+import re
 import signal
+import socket
 import sys
+import urllib.parse
+import urllib.request
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.db import transaction
@@ -376,3 +382,69 @@ def test_the_periodic_reindex_catches_up_stale_products_once_per_tick():
     assert (stale.indexed_description, fresh.indexed_at) == ("brass", None)
     job = Job.objects.get(pk=result.job_id)
     assert job.result == {"reindexed": 1, "tick": "2026-06-01T12:05:00+00:00"}
+
+
+# -- "Send it twice", through the example project's own runserver ---------------------------------
+
+
+class BrowserRedirects(urllib.request.HTTPRedirectHandler):
+    """Follow redirects as a browser does: a 307 or 308 sends the same method and body again."""
+
+    def __init__(self) -> None:
+        self.codes: list[int] = []
+
+    def redirect_request(
+        self, req: urllib.request.Request, fp: Any, code: int, msg: str, headers: Any, newurl: str
+    ) -> urllib.request.Request | None:
+        self.codes.append(code)
+        if code in (307, 308):
+            return urllib.request.Request(newurl, data=req.data, method=req.get_method(), unverifiable=True)
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
+@pytest.fixture
+def shop_server(tmp_path: Path) -> Iterator[str]:
+    """``manage.py runserver`` with the example project's settings (its CSRF middleware included)
+    on the test database, as ``make run`` starts it; yield its URL."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    command = [sys.executable, "manage.py", "runserver", f"127.0.0.1:{port}", "--noreload"]
+    with worker_spawner(tmp_path, command, settings="example_project.settings") as start:
+        server = start()
+
+        def accepts() -> bool:
+            assert server.popen.poll() is None, server.output()
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            except OSError:
+                return False
+            return True
+
+        wait_for(accepts, 60, what="the shop's runserver")
+        yield f"http://127.0.0.1:{port}"
+        server.popen.send_signal(signal.SIGTERM)
+        server.wait()
+
+
+def test_send_it_twice_posts_the_form_twice_and_shows_the_replay(shop_server):
+    redirects = BrowserRedirects()
+    browser = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()), redirects)
+    with browser.open(f"{shop_server}/orders/", timeout=30) as response:
+        page = response.read().decode()
+    # The form as the browser sends it (its hidden tokens, a product), to the button's formaction.
+    fields = dict(re.findall(r'<input type="hidden" name="(\w+)" value="([^"]*)"', page))
+    [action] = re.findall(r'<button type="submit" formaction="([^"]+)">Send it twice</button>', page)
+    body = urllib.parse.urlencode({**fields, "product": "Ceramic mug", "quantity": "2"}).encode()
+
+    with browser.open(f"{shop_server}{action}", data=body, timeout=30) as response:
+        shown, landed = response.read().decode(), response.url
+
+    order = Order.objects.get()
+    [job] = jobs("shop.send_confirmation")
+    assert redirects.codes == [307, 302]
+    assert landed == f"{shop_server}/orders/{order.pk}/?outcome=replayed&first=accepted"
+    assert '<span class="outcome replayed">REPLAYED</span>' in shown
+    assert '<span class="outcome accepted">ACCEPTED</span>' in shown
+    assert (order.confirmation_job_id, job.payload) == (job.pk, {"order_id": order.pk})
+    assert list(JobEvent.objects.filter(job_id=job.pk).values_list("kind", flat=True)) == []

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
+from datetime import timedelta
 from typing import Any
 
 from django.http import HttpRequest, JsonResponse
@@ -25,6 +26,8 @@ from example_project.shop.forms import PRODUCTS
 from example_project.shop.models import Invoice, Order
 
 MAX_QUANTITY = 10
+# A retry that arrives while its first request still runs waits this long for its answer (then 409).
+IN_FLIGHT_WAIT = timedelta(seconds=5)
 
 
 def _order_request(request: HttpRequest) -> tuple[dict[str, Any] | None, JsonResponse | None]:
@@ -43,7 +46,7 @@ def _order_request(request: HttpRequest) -> tuple[dict[str, Any] | None, JsonRes
 
 @csrf_exempt  # an API for clients that send no CSRF token; the key is what makes a retry safe
 @require_POST
-@idempotent("shop-api-orders", anonymous=True)
+@idempotent("shop-api-orders", anonymous=True, wait=IN_FLIGHT_WAIT)
 def api_orders(request: HttpRequest) -> JsonResponse:
     """Place an order and enqueue its confirmation, once per client request.
 
@@ -72,7 +75,7 @@ def api_orders(request: HttpRequest) -> JsonResponse:
 
 @csrf_exempt
 @require_POST
-@idempotent("shop-api-captures", anonymous=True)
+@idempotent("shop-api-captures", anonymous=True, wait=IN_FLIGHT_WAIT)
 def api_capture_invoice(request: HttpRequest, invoice_id: int) -> JsonResponse:
     """Start the capture of an invoice: 202 with its job. The capture itself is once per invoice
     whatever the client sends (the job's key is the invoice's); the client's key makes the answer

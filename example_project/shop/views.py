@@ -123,8 +123,23 @@ def orders(request: HttpRequest) -> HttpResponse:
             idempotency=Idempotency(key=f"place-order:{token}", scope="shop-orders"),
         )
         Order.objects.filter(pk=order.pk).update(confirmation_job_id=result.job_id)
-    query = urlencode({"outcome": result.outcome.value})
-    return redirect(f"{reverse('order-detail', args=[order.pk])}?{query}")
+    if request.GET.get("twice") == "1":
+        return _send_again(result)
+    query = {"outcome": result.outcome.value}
+    if (first := request.GET.get("first")) in IDEMPOTENT_OUTCOMES:
+        query["first"] = first
+    return redirect(f"{reverse('order-detail', args=[order.pk])}?{urlencode(query)}")
+
+
+def _send_again(result: EnqueueResult) -> HttpResponse:
+    """The "Send it twice" button: have the browser send this same POST again.
+
+    A 307 makes the browser repeat the request, method and body (the same placement token and
+    CSRF token), to the URL it names, and only once this request has committed: the repeat is
+    certainly a replay. Its redirect carries this first request's outcome along.
+    """
+    again = f"{reverse('orders')}?{urlencode({'first': result.outcome.value})}"
+    return HttpResponse(status=307, headers={"Location": again})
 
 
 def _orders_page(request: HttpRequest, form: OrderForm, status: int = 200) -> HttpResponse:
@@ -137,11 +152,15 @@ def order_detail(request: HttpRequest, order_id: int) -> HttpResponse:
     """An order, its confirmation job, and what the request that led here did."""
     order = get_object_or_404(Order, pk=order_id)
     outcome = request.GET.get("outcome")
-    result = None
+    first = request.GET.get("first")
+    result = first_result = None
     if order.confirmation_job_id and outcome in IDEMPOTENT_OUTCOMES:
         result = describe(EnqueueResult(order.confirmation_job_id, EnqueueOutcome(outcome)))
+        if first in IDEMPOTENT_OUTCOMES:
+            first_result = describe(EnqueueResult(order.confirmation_job_id, EnqueueOutcome(first)))
     job = jobs_by_id([order.confirmation_job_id]).get(order.confirmation_job_id or 0)
-    return render(request, "shop/order_detail.html", {"order": order, "result": result, "job": job})
+    context = {"order": order, "result": result, "first_result": first_result, "job": job}
+    return render(request, "shop/order_detail.html", context)
 
 
 # -- webhook receiver: one job per delivery id ----------------------------------------------------
