@@ -36,7 +36,7 @@ def check_database(
             errors.append(
                 Error(
                     f"django-workhorse needs PostgreSQL; database {alias!r} is {connections[alias].vendor}.",
-                    hint="Use the django.db.backends.postgresql engine (PostgreSQL 13+, psycopg 3).",
+                    hint="Use the django.db.backends.postgresql engine (PostgreSQL 14+, 15+ with Django 6.1; psycopg 3).",
                     id="workhorse.E001",
                 )
             )

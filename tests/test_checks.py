@@ -92,7 +92,7 @@ def test_check_database_rejects_non_postgresql_alias(sqlite_alias):
     assert check_database(databases=["default", sqlite_alias]) == [
         Error(
             "django-workhorse needs PostgreSQL; database 'sqlite' is sqlite.",
-            hint="Use the django.db.backends.postgresql engine (PostgreSQL 13+, psycopg 3).",
+            hint="Use the django.db.backends.postgresql engine (PostgreSQL 14+, 15+ with Django 6.1; psycopg 3).",
             id="workhorse.E001",
         )
     ]
