@@ -103,6 +103,9 @@ def test_status_says_so_when_there_are_no_jobs_and_no_workers():
     out, err = run("workhorse_status")
 
     assert out == (
+        "Warnings\n"
+        "None.\n"
+        "\n"
         "Queues\n"
         "No jobs.\n"
         "\n"
@@ -177,6 +180,7 @@ def database_depth(queue: str) -> dict[str, int]:
         "scheduled": jobs.filter(status=JobStatus.QUEUED, run_at__gt=now).count(),
         "running": jobs.filter(status=JobStatus.RUNNING).count(),
         "dead": jobs.filter(status=JobStatus.DEAD).count(),
+        "failing": jobs.filter(status=JobStatus.QUEUED, attempt__gt=0).exclude(last_error="").count(),
     }
 
 
@@ -184,14 +188,29 @@ def test_status_json_matches_the_database(busy_queues):
     out, _ = run("workhorse_status", "--json")
 
     report = json.loads(out)
-    assert set(report) == {"queues", "throughput", "workers", "schedules", "schedules_left_out", "scopes"}
+    assert set(report) == {"warnings", "queues", "throughput", "workers", "schedules", "schedules_left_out", "scopes"}
+    # w1 takes mail but its heartbeat is stale; the factory's job type has no handler.
+    assert report["warnings"] == [
+        {
+            "kind": "queue_without_worker",
+            "message": "Ready jobs in queues no live worker takes",
+            "names": [{"name": "mail", "jobs": 4}],
+            "more": 0,
+        },
+        {
+            "kind": "unknown_job_type",
+            "message": "Queued jobs of types no handler in this process knows",
+            "names": [{"name": "tests.noop", "jobs": 7}],
+            "more": 0,
+        },
+    ]
     assert report["schedules"] == [] and report["schedules_left_out"] == []
     queues = {row.pop("queue"): row for row in report["queues"]}
     assert list(queues) == ["billing", "mail"]
     ages = {name: row.pop("oldest_ready_age_seconds") for name, row in queues.items()}
     assert queues == {name: database_depth(name) for name in queues}
-    assert queues["mail"] == {"ready": 4, "scheduled": 2, "running": 2, "dead": 1}
-    assert queues["billing"] == {"ready": 0, "scheduled": 1, "running": 1, "dead": 2}
+    assert queues["mail"] == {"ready": 4, "scheduled": 2, "running": 2, "dead": 1, "failing": 0}
+    assert queues["billing"] == {"ready": 0, "scheduled": 1, "running": 1, "dead": 2, "failing": 0}
     assert ages["billing"] is None  # no ready job
     assert 250 <= ages["mail"] < 250 + 30
     finished_in_hour = Job.objects.filter(finished_at__gte=timezone.now() - timedelta(minutes=60))
@@ -224,11 +243,15 @@ def test_status_prints_tables_with_the_same_numbers(busy_queues):
     billing_running = str(busy_queues["billing"][0])
     width = max(len("running jobs"), len(mail_running))
     assert out == (
+        "Warnings\n"
+        "Ready jobs in queues no live worker takes (1): mail (4 ready)\n"
+        "Queued jobs of types no handler in this process knows (1): tests.noop (7 queued)\n"
+        "\n"
         "Queues\n"
-        "queue    ready  scheduled  running  dead  oldest ready\n"
-        "-------  -----  ---------  -------  ----  ------------\n"
-        "billing      0          1        1     2             -\n"
-        "mail         4          2        2     1         4 min\n"
+        "queue    ready  scheduled  failing  running  dead  oldest ready\n"
+        "-------  -----  ---------  -------  -------  ----  ------------\n"
+        "billing      0          1        0        1     2             -\n"
+        "mail         4          2        0        2     1         4 min\n"
         "\n"
         "Throughput (last 60 min)\n"
         "7 finished: 3 succeeded, 4 failed (dead or cancelled); 0.12 jobs/min\n"

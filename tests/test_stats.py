@@ -103,3 +103,16 @@ def test_workers_list_the_jobs_each_is_running():
     JobFactory(status=JobStatus.SUCCEEDED, claimed_by="w1", finished_at=now)
     listed = stats.workers()
     assert [(w.name, w.running_job_ids) for w in listed] == [("w1", [job.pk for job in running]), ("w2", [])]
+
+
+def test_failing_jobs_by_queue_counts_the_queued_jobs_waiting_for_a_retry():
+    now = timezone.now()
+    JobFactory(queue="a", attempt=1, last_error="ValueError: boom", run_at=now - timedelta(seconds=5))  # due
+    JobFactory(queue="a", attempt=2, last_error="boom", run_at=now + timedelta(minutes=5))  # not yet
+    JobFactory(queue="b", attempt=1, last_error="boom")
+    JobFactory(queue="c")  # never ran
+    JobFactory(queue="c", attempt=1)  # released without an error
+    JobFactory(queue="c", status=JobStatus.RUNNING, attempt=2, last_error="boom")
+    JobFactory(queue="c", status=JobStatus.DEAD, attempt=3, last_error="boom", finished_at=now)
+
+    assert stats.failing_jobs_by_queue() == {"a": 2, "b": 1}

@@ -1,5 +1,5 @@
-"""What the operator sees: queue depths, throughput, recent failures, workers and live bindings by
-scope (ORM queries only).
+"""What the operator sees: queue depths, throughput, recent failures, failing jobs, workers, live
+bindings by scope, and what no worker will run (ORM queries only).
 
 Shared by the admin dashboard and ``manage.py workhorse_status``, so both show the same numbers.
 """
@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from django_workhorse.conf import app_settings
 from django_workhorse.models import IdempotencyBinding, Job, JobStatus, WorkerRecord
+from django_workhorse.tasks.registry import get_handler, registered
 
 THROUGHPUT_MINUTES = 60
 # The states a queue's depth counts, as QueueDepth names them.
@@ -25,6 +26,10 @@ STATES = ("ready", "scheduled", "running", "dead")
 MAX_SCOPES_SHOWN = 50
 # How much of an error a listing reads (in SQL) to show its first line.
 ERROR_HEAD_CHARS = 2000
+# How many names a warning lists (those with the most jobs first); the rest are counted.
+MAX_WARNING_NAMES = 20
+# How many job types of queued jobs unknown_job_types reads at most (those with the most jobs first).
+MAX_JOB_TYPES_CHECKED = 1000
 
 
 @dataclass(frozen=True)
@@ -161,6 +166,132 @@ def recent_failures(*, using: str | None = None, limit: int = 10) -> list[Job]:
     """
     dead = _jobs(using).filter(status=JobStatus.DEAD).defer("payload", "result", "last_error")
     return list(dead.annotate(error_head=Left("last_error", ERROR_HEAD_CHARS)).order_by("-finished_at", "-id")[:limit])
+
+
+def failing_jobs_by_queue(*, using: str | None = None) -> dict[str, int]:
+    """Return, per queue, how many jobs are failing: queued again after a failed attempt
+    (``attempt > 0`` and a ``last_error``), waiting for their retry, due or not yet.
+
+    Failing jobs are counted in ``QueueDepth.ready`` or ``QueueDepth.scheduled`` too; a queue with
+    none is left out. Only queued jobs are read, never the finished history.
+    """
+    rows = (
+        _jobs(using)
+        .filter(status=JobStatus.QUEUED, attempt__gt=0)
+        .exclude(last_error="")
+        .values("queue")
+        .annotate(failing=Count("id"))
+        .order_by("queue")
+    )
+    return {row["queue"]: row["failing"] for row in rows}
+
+
+@dataclass(frozen=True)
+class NamedCounts:
+    """The names a warning lists, each with how many jobs it concerns, and how many more it left out."""
+
+    names: list[tuple[str, int]]
+    more: int = 0
+
+    def __bool__(self) -> bool:
+        return bool(self.names)
+
+    @property
+    def total(self) -> int:
+        """How many names there are, listed or not."""
+        return len(self.names) + self.more
+
+    def as_json(self) -> dict[str, object]:
+        """Return a JSON-ready dict: ``{"names": [{"name", "jobs"}], "more"}``."""
+        return {"names": [{"name": name, "jobs": jobs} for name, jobs in self.names], "more": self.more}
+
+
+def unserved_queues(
+    *, using: str | None = None, now: datetime | None = None, limit: int = MAX_WARNING_NAMES
+) -> NamedCounts:
+    """Return the queues that have ready jobs (due now) and no live worker taking them, with their
+    ready jobs, most first: no worker whose heartbeat is within ``WORKHORSE_WORKER_STALE_AFTER``
+    lists them in its queues."""
+    now = now or timezone.now()
+    alias = using or router.db_for_read(WorkerRecord)
+    since = now - app_settings.WORKER_STALE_AFTER
+    served = {queue for queues in _live_queue_lists(alias, since) for queue in queues}
+    ready = _jobs(using).filter(status=JobStatus.QUEUED, run_at__lte=now).exclude(queue__in=served).order_by()
+    rows = ready.values("queue").annotate(jobs=Count("id")).order_by("-jobs", "queue")[:limit]
+    names = [(row["queue"], row["jobs"]) for row in rows]
+    more = ready.values("queue").distinct().count() - len(names) if len(names) == limit else 0
+    return NamedCounts(names, more)
+
+
+def _live_queue_lists(alias: str, since: datetime) -> list[list[str]]:
+    records = WorkerRecord.objects.using(alias).filter(heartbeat_at__gte=since)
+    return [list(queues) for queues in records.values_list("queues", flat=True) if isinstance(queues, list)]
+
+
+def unknown_job_types(*, using: str | None = None, limit: int = MAX_WARNING_NAMES) -> NamedCounts:
+    """Return the job types of queued jobs that no handler of this process knows, with their queued
+    jobs, most first.
+
+    A type is known when a handler is registered for it, or a resolver (the django.tasks backend's,
+    when ``TASKS`` configures it) supplies one, as a worker would. This process's code decides: run
+    it where the workers' code is. At most ``MAX_JOB_TYPES_CHECKED`` types are read.
+    """
+    rows = (
+        _jobs(using)
+        .filter(status=JobStatus.QUEUED)
+        .values("job_type")
+        .annotate(jobs=Count("id"))
+        .order_by("-jobs", "job_type")[:MAX_JOB_TYPES_CHECKED]
+    )
+    unknown = [(row["job_type"], row["jobs"]) for row in rows if not has_handler(row["job_type"])]
+    return NamedCounts(unknown[:limit], max(len(unknown) - limit, 0))
+
+
+def has_handler(job_type: str) -> bool:
+    """Return whether a worker running this process's code would find a handler for ``job_type``."""
+    if registered(job_type) is not None:
+        return True
+    try:
+        get_handler(job_type)
+    except Exception:  # HandlerNotRegisteredError, or a resolver that fails (and would fail the job)
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class StatusWarning:
+    """Work no worker will run by itself: its kind, a sentence saying so, and the names it concerns
+    (with how many jobs each: ``unit`` says which jobs)."""
+
+    kind: str
+    message: str
+    unit: str
+    names: NamedCounts
+
+    def as_json(self) -> dict[str, object]:
+        """Return a JSON-ready dict: ``{"kind", "message", "names": [{"name", "jobs"}], "more"}``."""
+        return {"kind": self.kind, "message": self.message, **self.names.as_json()}
+
+
+def status_warnings(*, using: str | None = None, now: datetime | None = None) -> list[StatusWarning]:
+    """Return the warnings that apply now (none when all is well): ready jobs in queues no live
+    worker takes (``unserved_queues``), and queued jobs of types no handler of this process knows
+    (``unknown_job_types``; import the apps' ``tasks`` modules first, as the worker does)."""
+    found = [
+        StatusWarning(
+            "queue_without_worker",
+            "Ready jobs in queues no live worker takes",
+            "ready",
+            unserved_queues(using=using, now=now),
+        ),
+        StatusWarning(
+            "unknown_job_type",
+            "Queued jobs of types no handler in this process knows",
+            "queued",
+            unknown_job_types(using=using),
+        ),
+    ]
+    return [warning for warning in found if warning.names]
 
 
 def workers(*, using: str | None = None) -> list[WorkerStatus]:

@@ -28,6 +28,8 @@ from django_workhorse.worker.context import HandlerContext
 logger = logging.getLogger(__name__)
 MAX_ERROR_CHARS = 4000
 MAX_DETAIL_CHARS = 500
+# How much of an error's first line a log record about a failed attempt shows.
+MAX_LOGGED_ERROR_CHARS = 200
 # The retry delay when a job's stored retry policy cannot be read.
 FALLBACK_RETRY_DELAY = timedelta(minutes=1)
 
@@ -109,16 +111,59 @@ def record(alias: str, outcomes: Sequence[Outcome]) -> list[str]:
         status = outcome.status if job.id in held else "lost"
         if status == "lost" and outcome.status != "lost":
             logger.warning("Lease lost before recording id=%s attempt=%s", job.id, job.attempt, extra=job_fields(job))
+        _log_finished(outcome, status)
+        statuses.append(status)
+    return statuses
+
+
+def _log_finished(outcome: Outcome, status: str) -> None:
+    """Log how an attempt ended: a retry as a WARNING, a dead job as an ERROR, the rest as INFO."""
+    job = outcome.job
+    fields = {**job_fields(job), "status": status}
+    if status == "queued" and outcome.run_at is not None:
+        error = error_head(outcome.error)
+        logger.warning(
+            "Job failed, will retry id=%s type=%s attempt=%s/%s next run_at=%s error=%s",
+            job.id,
+            job.job_type,
+            job.attempt,
+            job.max_attempts,
+            outcome.run_at.isoformat(),
+            error,
+            extra={**fields, "run_at": outcome.run_at.isoformat(), "error": error},
+        )
+    elif status == "dead":
+        error = error_head(outcome.error)
+        logger.error(
+            "Job failed, dead id=%s type=%s attempt=%s/%s no more attempts error=%s",
+            job.id,
+            job.job_type,
+            job.attempt,
+            job.max_attempts,
+            error,
+            extra={**fields, "error": error},
+        )
+    else:
         logger.info(
             "Finished job id=%s type=%s attempt=%s status=%s",
             job.id,
             job.job_type,
             job.attempt,
             status,
-            extra={**job_fields(job), "status": status},
+            extra=fields,
         )
-        statuses.append(status)
-    return statuses
+
+
+def error_head(error: str) -> str:
+    """Return the first line of ``error``, its control characters escaped as in Python, cut to
+    ``MAX_LOGGED_ERROR_CHARS`` (ending in "..." when cut): what a log line shows of an error."""
+    lines = error.strip().splitlines()
+    line = lines[0] if lines else ""
+    if not line.isprintable():
+        line = "".join(char if char.isprintable() else repr(char)[1:-1] for char in line)
+    if len(line) <= MAX_LOGGED_ERROR_CHARS:
+        return line
+    return line[: MAX_LOGGED_ERROR_CHARS - 3] + "..."
 
 
 def _failure(

@@ -1,7 +1,7 @@
-"""``manage.py workhorse_status``: queue depths, throughput, workers, schedules and idempotency keys by
-scope, as tables or JSON.
+"""``manage.py workhorse_status``: warnings (work no worker will run), queue depths, throughput,
+workers, schedules and idempotency keys by scope, as tables or JSON.
 
-Names come from code, settings and the database (queues, scopes, schedules, workers' hosts): every
+Names come from code, settings and the database (queues, job types, scopes, schedules, workers' hosts): every
 table cell goes through ``printable``, so a name cannot move the cursor or recolour the terminal.
 """
 
@@ -17,6 +17,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import router
 from django.utils import timezone
+from django.utils.module_loading import autodiscover_modules
 
 from django_workhorse.checks import schedule_problems_reported_elsewhere
 from django_workhorse.models import Job
@@ -25,10 +26,13 @@ from django_workhorse.observability.keyed_rates import ScopeDedup, ScopeRate
 from django_workhorse.observability.metrics import multiprocess_dir
 from django_workhorse.operations.stats import (
     QueueDepth,
+    StatusWarning,
     Throughput,
     WorkerStatus,
+    failing_jobs_by_queue,
     live_bindings,
     queue_depths,
+    status_warnings,
     throughput,
     workers,
 )
@@ -80,6 +84,13 @@ def utc_time(value: datetime | None) -> str:
     return "-" if value is None else f"{value.astimezone(dt_timezone.utc):%Y-%m-%d %H:%M:%S}"
 
 
+def warning_line(warning: StatusWarning) -> str:
+    """Return ``warning`` as one line of text, each name ``printable``, the rest counted."""
+    listed = ", ".join(f"{printable(name)} ({jobs} {warning.unit})" for name, jobs in warning.names.names)
+    more = f" and {warning.names.more} more" if warning.names.more else ""
+    return f"{warning.message} ({warning.names.total}): {listed}{more}"
+
+
 def worker_json(worker: WorkerStatus, now: datetime) -> dict[str, object]:
     """Return a JSON-ready dict of ``worker`` (times in ISO 8601, the heartbeat age in seconds)."""
     return {
@@ -97,8 +108,9 @@ def worker_json(worker: WorkerStatus, now: datetime) -> dict[str, object]:
 
 class Command(BaseCommand):
     help = (
-        "Show queue depths, the oldest ready job's age, throughput over the last hour, the workers, the schedules "
-        "and, per idempotency scope, the live bindings and what the keys saved."
+        "Show warnings (ready jobs no live worker takes, job types no handler knows), queue depths with the "
+        "failing jobs (waiting for a retry) and the oldest ready job's age, throughput over the last hour, "
+        "the workers, the schedules and, per idempotency scope, the live bindings and what the keys saved."
     )
 
     def check(self, *args: Any, **kwargs: Any) -> None:
@@ -122,7 +134,12 @@ class Command(BaseCommand):
         window = _rate_window(rate_window)
         first = keyed_rates.read() if window and _counters_shared() else None
         now = timezone.now()
+        # Handlers register on import: load every installed app's tasks module, as the worker does,
+        # to know which job types have one.
+        autodiscover_modules("tasks")
+        warnings = status_warnings(using=database, now=now)
         depths = queue_depths(using=database, now=now)
+        failing = failing_jobs_by_queue(using=database)
         finished = throughput(using=database, now=now)
         registered = workers(using=database)
         schedules = overview(using=database, now=now)
@@ -134,9 +151,11 @@ class Command(BaseCommand):
             rates = None if second is None else keyed_rates.between(first, second)
         scopes = keyed_rates.by_scope(live_bindings(using=database, now=now), rates)
         if as_json:
-            self._write_json(depths, finished, registered, schedules, left_out, scopes, now)
+            self._write_json(warnings, depths, failing, finished, registered, schedules, left_out, scopes, now)
             return
-        self._write_queues(depths, database)
+        self._write_warnings(warnings)
+        self.stdout.write("")
+        self._write_queues(depths, failing, database)
         self.stdout.write("")
         self._write_throughput(finished)
         self.stdout.write("")
@@ -148,7 +167,9 @@ class Command(BaseCommand):
 
     def _write_json(
         self,
+        warnings: list[StatusWarning],
         depths: list[QueueDepth],
+        failing: dict[str, int],
         finished: Throughput,
         registered: list[WorkerStatus],
         schedules: list[ScheduleOverview],
@@ -157,7 +178,8 @@ class Command(BaseCommand):
         now: datetime,
     ) -> None:
         report = {
-            "queues": [depth.as_json() for depth in depths],
+            "warnings": [warning.as_json() for warning in warnings],
+            "queues": [{**depth.as_json(), "failing": failing.get(depth.queue, 0)} for depth in depths],
             "throughput": {
                 "minutes": len(finished.minutes),
                 "succeeded": sum(finished.succeeded),
@@ -172,16 +194,24 @@ class Command(BaseCommand):
         }
         self.stdout.write(json.dumps(report, indent=2))
 
-    def _write_queues(self, depths: list[QueueDepth], database: str | None) -> None:
+    def _write_warnings(self, warnings: list[StatusWarning]) -> None:
+        self.stdout.write("Warnings")
+        for line in [warning_line(warning) for warning in warnings] or ["None."]:
+            self.stdout.write(line)
+
+    def _write_queues(self, depths: list[QueueDepth], failing: dict[str, int], database: str | None) -> None:
         self.stdout.write("Queues")
         if not depths:
             alias = database or router.db_for_read(Job)
             anything = Job.objects.using(alias).exists()
             self.stdout.write("No queued, running or dead jobs." if anything else "No jobs.")
             return
-        rows = [[d.queue, d.ready, d.scheduled, d.running, d.dead, human_age(d.oldest_ready_age)] for d in depths]
-        headers = ["queue", "ready", "scheduled", "running", "dead", "oldest ready"]
-        for line in format_table(headers, rows, right=range(1, 6)):
+        rows = [
+            [d.queue, d.ready, d.scheduled, failing.get(d.queue, 0), d.running, d.dead, human_age(d.oldest_ready_age)]
+            for d in depths
+        ]
+        headers = ["queue", "ready", "scheduled", "failing", "running", "dead", "oldest ready"]
+        for line in format_table(headers, rows, right=range(1, 7)):
             self.stdout.write(line)
 
     def _write_throughput(self, finished: Throughput) -> None:

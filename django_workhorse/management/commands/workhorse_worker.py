@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser, OutputWrapper
 from django.utils.module_loading import autodiscover_modules
 
 from django_workhorse.checks import schedule_problems_reported_elsewhere
@@ -17,6 +19,8 @@ from django_workhorse.schedules.evaluation import report_left_out_schedules
 from django_workhorse.worker import Worker
 
 MAX_CONCURRENCY = 100
+# How django_workhorse's records read on the console when the project's logging shows them nowhere.
+CONSOLE_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
 def bounded_int(low: int, high: int) -> Any:
@@ -63,6 +67,40 @@ def serve_metrics(address: str, port: int) -> None:
         server.serve(address, port)
     except OSError as exc:
         raise CommandError(f"--metrics-port: cannot serve on {address}:{port}: {exc.strerror or exc}") from exc
+
+
+class ConsoleHandler(logging.Handler):
+    """Write records to a command's output stream as plain text (not in the error style Django
+    gives standard error on a terminal)."""
+
+    def __init__(self, stream: OutputWrapper, level: int) -> None:
+        super().__init__(level)
+        self.stream = stream
+        self.setFormatter(logging.Formatter(CONSOLE_FORMAT))
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self.stream.write(self.format(record), style_func=str)
+            self.stream.flush()
+        except Exception:
+            self.handleError(record)
+
+
+@contextmanager
+def console_logging(stream: OutputWrapper, level: int) -> Iterator[None]:
+    """Write the ``django_workhorse`` records of ``level`` and above to ``stream`` while the command
+    runs, if nothing else would show them: no handler on that logger nor above it (Python's last
+    resort prints warnings only, unformatted). A project whose ``LOGGING`` has one is left alone."""
+    logger = logging.getLogger("django_workhorse")
+    if logger.hasHandlers():
+        yield
+        return
+    handler = ConsoleHandler(stream, level)
+    logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
 
 
 class Command(BaseCommand):
@@ -134,33 +172,33 @@ class Command(BaseCommand):
         verbosity: int,
         **options: Any,
     ) -> None:
-        logging.getLogger("django_workhorse").setLevel(
-            {0: logging.WARNING, 1: logging.INFO}.get(verbosity, logging.DEBUG)
-        )
-        # Handlers register on import: load every installed app's tasks module, as the web
-        # process may import them only from views the worker never loads.
-        autodiscover_modules("tasks")
-        report_left_out_schedules()
-        listen = database if listen_database is None else (None if listen_database == "none" else listen_database)
-        worker = Worker(
-            queues=queues,
-            concurrency=concurrency,
-            batch=batch,
-            lease=timedelta(seconds=lease),
-            poll_interval=poll_interval,
-            burst=burst,
-            max_jobs=max_jobs,
-            drain_timeout=timedelta(seconds=drain_timeout),
-            using=database,
-            listen_using=listen,
-            scheduler=scheduler,
-        )
-        if metrics_port is not None:
-            serve_metrics(metrics_address, metrics_port)
-        try:
-            stats = worker.run()
-        except WorkerThreadError as exc:
-            # The worker stopped and released its jobs; a non-zero status tells its supervisor.
-            raise CommandError(str(exc), returncode=1) from exc
+        level = {0: logging.WARNING, 1: logging.INFO}.get(verbosity, logging.DEBUG)
+        logging.getLogger("django_workhorse").setLevel(level)
+        with console_logging(self.stderr, level):
+            # Handlers register on import: load every installed app's tasks module, as the web
+            # process may import them only from views the worker never loads.
+            autodiscover_modules("tasks")
+            report_left_out_schedules()
+            listen = database if listen_database is None else (None if listen_database == "none" else listen_database)
+            worker = Worker(
+                queues=queues,
+                concurrency=concurrency,
+                batch=batch,
+                lease=timedelta(seconds=lease),
+                poll_interval=poll_interval,
+                burst=burst,
+                max_jobs=max_jobs,
+                drain_timeout=timedelta(seconds=drain_timeout),
+                using=database,
+                listen_using=listen,
+                scheduler=scheduler,
+            )
+            if metrics_port is not None:
+                serve_metrics(metrics_address, metrics_port)
+            try:
+                stats = worker.run()
+            except WorkerThreadError as exc:
+                # The worker stopped and released its jobs; a non-zero status tells its supervisor.
+                raise CommandError(str(exc), returncode=1) from exc
         if verbosity:
             self.stdout.write(f"Claimed {stats.claimed} job(s); finished: {stats.finished or 'none'}.")
