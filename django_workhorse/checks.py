@@ -1,5 +1,5 @@
-"""System checks: PostgreSQL only, settings within their bounds, valid schedules, and prepared
-statements only where the connection keeps them.
+"""System checks: PostgreSQL only, settings within their bounds, valid schedules, prepared
+statements only where the connection keeps them, and (``check --deploy``) no test-only setting.
 
 Settings are read through ``conf.app_settings``, so a check sees the same value, default included,
 as the code that uses it.
@@ -251,3 +251,56 @@ def check_prepared_statements(
                 )
             )
     return warnings
+
+
+@register(deploy=True)
+def check_deploy(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[CheckMessage]:
+    """Settings meant for tests, or too weak for production, run with ``check --deploy``
+    (workhorse.W101-W103; see docs/deployment.md)."""
+    warnings: list[CheckMessage] = []
+    if _configured("EAGER"):
+        warnings.append(
+            Warning(
+                "WORKHORSE_EAGER is on: every enqueue runs its due jobs inline, in the caller's thread and "
+                "transaction, not on a worker: the request waits for each handler, the handler's writes roll back "
+                "with the request, a retry waits for a worker, and while WORKHORSE_EAGER_PROPAGATES is on (the "
+                "default) a handler's exception is raised into the request.",
+                hint="Eager mode is for tests and local development: set WORKHORSE_EAGER = False (the default) "
+                "in production and run manage.py workhorse_worker.",
+                id="workhorse.W101",
+            )
+        )
+    if _configured("ALLOW_FUTURE_NOW"):
+        warnings.append(
+            Warning(
+                "WORKHORSE_ALLOW_FUTURE_NOW is on: enqueue_due_schedules(now=) and the schedule actions accept a "
+                "now= ahead of the database's clock, so one call can enqueue ticks that are not due and push "
+                "a schedule's window into the future.",
+                hint="It is for tests that move time forward: set WORKHORSE_ALLOW_FUTURE_NOW = False (the "
+                "default) in production.",
+                id="workhorse.W102",
+            )
+        )
+    warnings.extend(_weak_metrics_token())
+    return warnings
+
+
+def _weak_metrics_token() -> list[CheckMessage]:
+    """A metrics token E301 accepts but a scraper's token should exceed (workhorse.W103); never echoed."""
+    token = _configured("METRICS_TOKEN")
+    if not _is_metrics_token(token):  # None, or E301's to report
+        return []
+    assert isinstance(token, str)
+    length, distinct = len(token), len(set(token))
+    if length >= conf.DEPLOY_MIN_METRICS_TOKEN_CHARS and distinct >= conf.DEPLOY_MIN_METRICS_TOKEN_DISTINCT_CHARS:
+        return []
+    message = (
+        f"WORKHORSE_METRICS_TOKEN is weak: {length} characters, {distinct} distinct "
+        f"(at least {conf.DEPLOY_MIN_METRICS_TOKEN_CHARS} and {conf.DEPLOY_MIN_METRICS_TOKEN_DISTINCT_CHARS} "
+        "expected); anyone who guesses it reads the metrics endpoint."
+    )
+    hint = (
+        'Set WORKHORSE_METRICS_TOKEN to python -c "import secrets; print(secrets.token_urlsafe(32))", '
+        "read from the environment or a secret store, not the code."
+    )
+    return [Warning(message, hint=hint, id="workhorse.W103")]

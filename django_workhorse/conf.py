@@ -74,6 +74,10 @@ MIN_IDEMPOTENT_RESPONSE_MAX_BYTES, MAX_IDEMPOTENT_RESPONSE_MAX_BYTES = 1024, 16 
 DEFAULT_IDEMPOTENT_TTL = timedelta(hours=24)
 # The metrics endpoint's bearer token: long enough not to be guessed, short enough for a header.
 MIN_METRICS_TOKEN_CHARS, MAX_METRICS_TOKEN_CHARS = 16, 512
+# What ``check --deploy`` (workhorse.W103) expects of it: about 190 bits or more when random
+# (``secrets.token_urlsafe(32)`` gives 43 characters), not one of a few characters repeated.
+DEPLOY_MIN_METRICS_TOKEN_CHARS = 32
+DEPLOY_MIN_METRICS_TOKEN_DISTINCT_CHARS = 10
 
 
 class Setting(Generic[T]):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
 from enum import Enum
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from django_workhorse.conf import DEFAULT_MAX_ATTEMPTS
 from django_workhorse.tasks.retry import RetryPolicy
@@ -116,10 +116,23 @@ class EnqueueOptions:
     debounce: Debounce | None = None
     throttle: Throttle | None = None
 
+    # The names the caller passed, whatever their values: a task's defaults fill in only the others
+    # (decision 0020). ``dataclasses.replace`` passes every field, so its result gives them all.
+    _given: ClassVar[frozenset[str]] = frozenset()
+
+    def __new__(cls, **given: Any) -> EnqueueOptions:  # noqa: D102 - dataclass __init__ documents the fields
+        options = super().__new__(cls)
+        object.__setattr__(options, "_given", frozenset(given))
+        return options
+
     @classmethod
     def names(cls) -> tuple[str, ...]:
         """Return the option names, in declaration order."""
         return tuple(f.name for f in fields(cls))
+
+    def given(self) -> dict[str, Any]:
+        """Return the options this value was built with by name, even those equal to their default."""
+        return {name: getattr(self, name) for name in self._given}
 
 
 # Shared by every request that gives no options (they are immutable), so a batch checks them once.

@@ -32,6 +32,7 @@ from django_workhorse.exceptions import EnqueueIdempotencyConflictError, Enqueue
 from django_workhorse.models import Job
 from django_workhorse.observability import instruments, tracing
 from django_workhorse.observability.log_fields import enqueued_fields
+from django_workhorse.tasks.registry import task_defaults
 from django_workhorse.types import EnqueueOptions, EnqueueOutcome, EnqueueRequest, EnqueueResult, JobId, KeyMode
 from django_workhorse.types import NonReplaceableReason as Reason
 
@@ -77,7 +78,8 @@ def enqueue_with_result(
     mode runs it: the django.tasks backend sends ``task_enqueued`` there, as before a worker's run.
     """
     try:
-        request = prepare(job_type, payload, check_caller_scope(resolve_options(options, option_kwargs)))
+        resolved = resolve_options(options, option_kwargs, task_defaults(job_type))
+        request = prepare(job_type, payload, check_caller_scope(resolved))
     except EnqueueValidationError:
         instruments.enqueue_refused("invalid", None)
         raise
@@ -100,8 +102,11 @@ def enqueue_many(requests: Iterable[EnqueueRequest], *, using: str | None = None
     try:
         requests = _bounded_list(requests)
         checked: dict[Any, CheckedOptions] = {}  # by id() of each distinct options object, and by value
+        # The options each (options object, job type) resolves to, held for the whole call so that
+        # the id() keys of ``checked`` stay unique.
+        resolved: dict[tuple[int, str], EnqueueOptions] = {}
         limit = app_settings.MAX_PAYLOAD_BYTES
-        prepared = [_prepare_entry(ordinal, entry, checked, limit) for ordinal, entry in enumerate(requests)]
+        prepared = [_prepare_entry(ordinal, entry, checked, resolved, limit) for ordinal, entry in enumerate(requests)]
     except EnqueueValidationError:
         instruments.enqueue_refused("invalid", None)
         raise
@@ -128,19 +133,38 @@ def _bounded_list(requests: Any) -> list[Any]:
     return taken
 
 
-def _prepare_entry(ordinal: int, entry: Any, checked: dict[Any, CheckedOptions], limit: int) -> PreparedJob:
+def _prepare_entry(
+    ordinal: int,
+    entry: Any,
+    checked: dict[Any, CheckedOptions],
+    resolved: dict[tuple[int, str], EnqueueOptions],
+    limit: int,
+) -> PreparedJob:
     if not isinstance(entry, EnqueueRequest):
         raise EnqueueValidationError(
             field="requests", bound="EnqueueRequest values", value=type(entry).__name__, ordinal=ordinal
         )
     try:
-        options = check_caller_scope(resolve_options(entry.options, {}))
+        options = _resolved_options(entry, resolved)
         done = checked.get(id(options))
         if done is None:
             checked[id(options)] = done = _check_options_once(options, checked)
         return prepare(entry.job_type, entry.payload, options, checked=done, max_payload_bytes=limit)
     except EnqueueValidationError as exc:
         raise exc.for_ordinal(ordinal) from exc
+
+
+def _resolved_options(entry: EnqueueRequest, resolved: dict[tuple[int, str], EnqueueOptions]) -> EnqueueOptions:
+    """The options of one batch entry, with its task's defaults; once per options object and job type."""
+    job_type: object = entry.job_type
+    if not isinstance(job_type, str):  # refused by ``prepare``, naming the field
+        return check_caller_scope(resolve_options(entry.options, {}))
+    slot = (id(entry.options), job_type)
+    options = resolved.get(slot)
+    if options is None:
+        options = check_caller_scope(resolve_options(entry.options, {}, task_defaults(job_type)))
+        resolved[slot] = options
+    return options
 
 
 def _check_options_once(options: EnqueueOptions, checked: dict[Any, CheckedOptions]) -> CheckedOptions:

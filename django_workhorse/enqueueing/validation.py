@@ -42,15 +42,26 @@ _OPTION_NAMES = EnqueueOptions.names()
 _DEFAULT_RETRY_POLICY_JSON = canonical_json(DEFAULT_RETRY_POLICY.to_json())
 
 
-def resolve_options(options: EnqueueOptions | None, overrides: Mapping[str, Any]) -> EnqueueOptions:
-    """Merge keyword options over an ``EnqueueOptions`` value; unknown names are an error."""
+def resolve_options(
+    options: EnqueueOptions | None, overrides: Mapping[str, Any], defaults: EnqueueOptions | None = None
+) -> EnqueueOptions:
+    """Return the options of a request: keyword ``overrides`` over the options ``options`` was built
+    with, over ``defaults`` (a ``@task``'s) when there are any, else over the global defaults.
+
+    The one rule of decision 0020, for a task's own calls and for enqueues by its name alike: what
+    the caller gives wins, even at the global default's value; the task's defaults fill in the rest.
+    Unknown names are an error.
+    """
     for name in overrides:
         if name not in _OPTION_NAMES:
             raise EnqueueValidationError(field=name, bound=f"a known option ({', '.join(_OPTION_NAMES)})")
+    if options is not None and not isinstance(options, EnqueueOptions):
+        raise EnqueueValidationError(field="options", bound="an EnqueueOptions value", value=options)
+    if defaults is not None:
+        given = {**options.given(), **overrides} if options is not None else overrides
+        return replace(defaults, **given) if given else defaults
     if options is None:
         return EnqueueOptions(**overrides)
-    if not isinstance(options, EnqueueOptions):
-        raise EnqueueValidationError(field="options", bound="an EnqueueOptions value", value=options)
     return replace(options, **overrides) if overrides else options
 
 

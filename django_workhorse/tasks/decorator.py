@@ -39,7 +39,7 @@ class Task(Generic[P, R]):
         self.name = name
         self.defaults = defaults
         self.idempotent = idempotent
-        add_handler(Handler(name, func, takes_context=declares_context(func), spreads_payload=True))
+        add_handler(Handler(name, func, takes_context=declares_context(func), spreads_payload=True, defaults=defaults))
         _tasks[name] = self
 
     def __repr__(self) -> str:
@@ -106,7 +106,7 @@ class Task(Generic[P, R]):
         )
         if key is not None:
             options["unique"] = Unique(key)
-        return EnqueueRequest(self.name, payload, resolve_options(self.defaults, options))
+        return EnqueueRequest(self.name, payload, resolve_options(None, options, self.defaults))
 
     def derived_key(self, *args: Any, **kwargs: Any) -> str:
         """Return the key ``idempotent=True`` derives for this call (see docs/derived-keys.md)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -12,6 +13,7 @@ from django_workhorse.tasks.signatures import declares_context, unbind
 
 if TYPE_CHECKING:
     from django_workhorse.schedules.definition import Schedule
+    from django_workhorse.types import EnqueueOptions
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -19,6 +21,9 @@ _handlers: dict[str, Handler] = {}
 # Asked, in order, for a job type nothing registered: the django.tasks backend resolves module paths.
 _resolvers: list[Callable[[str], Handler | None]] = []
 _task_backends_imported = False
+# Whether this process imported the installed apps' tasks modules, for task_defaults.
+_tasks_discovered = _discovering = False
+_discover_lock = threading.RLock()
 # Counts registrations, so that what is derived from the registry (schedules) knows to look again.
 generation = 0
 
@@ -32,6 +37,8 @@ class Handler:
     takes_context: bool
     # Task functions get their bound arguments back as parameters; plain handlers get the payload.
     spreads_payload: bool
+    # A @task's enqueue options, which every enqueue of its job type starts from (decision 0020).
+    defaults: EnqueueOptions | None = None
 
     def call(self, payload: Any, context: Any) -> Any:
         """Call the handler with ``payload`` (and ``context`` if it declares one)."""
@@ -66,6 +73,39 @@ def add_handler(handler: Handler) -> None:
 def registered(job_type: str) -> Handler | None:
     """Return the handler registered for ``job_type`` in this process (resolvers are not asked)."""
     return _handlers.get(job_type)
+
+
+def task_defaults(job_type: object) -> EnqueueOptions | None:
+    """Return the enqueue defaults of the ``@task`` named ``job_type``, or None (a plain handler, or none).
+
+    A job type this process has no handler for makes it import every installed app's ``tasks``
+    module, once, as the worker does: a process that enqueues only by name still finds the task.
+    """
+    if not isinstance(job_type, str):  # refused later, naming the field
+        return None
+    handler = _handlers.get(job_type)
+    if handler is None and not _tasks_discovered:
+        _discover_tasks()
+        handler = _handlers.get(job_type)
+    return None if handler is None else handler.defaults
+
+
+def _discover_tasks() -> None:
+    global _tasks_discovered, _discovering
+    from django.apps import apps
+
+    if not apps.ready:  # called while the apps load: look again later
+        return
+    with _discover_lock:  # other threads wait for the defaults; a tasks module that enqueues does not
+        if _tasks_discovered or _discovering:
+            return
+        from django.utils.module_loading import autodiscover_modules
+
+        _discovering = True
+        try:
+            autodiscover_modules("tasks")
+        finally:  # a module that fails to import raises here once, as it does when the worker starts
+            _tasks_discovered, _discovering = True, False
 
 
 def add_resolver(resolver: Callable[[str], Handler | None]) -> None:
