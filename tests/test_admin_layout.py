@@ -165,3 +165,24 @@ def test_the_apps_index_page_offers_the_dashboard_only_to_who_may_view_jobs(clie
     login(client, django_user_model, "binder", ("view_idempotencybinding",))
 
     assert f'href="{DASHBOARD}"' not in body(client.get("/admin/workhorse/"))
+
+
+ENTRY = "/admin/workhorse/dashboard/"
+
+
+def test_the_admin_index_and_side_bar_list_the_dashboard_which_leads_to_it(client, django_user_model):
+    login(client, django_user_model, "viewer", VIEW_PERMS)
+
+    index = body(client.get("/admin/"))
+    entry = client.get(ENTRY)
+
+    assert f'href="{ENTRY}"' in index and ">Dashboard<" in index
+    assert (entry.status_code, entry["Location"]) == (302, DASHBOARD)
+    assert f'href="{ENTRY}"' in body(client.get(JOBS))  # the side bar, on every page
+
+
+def test_the_admin_index_lists_the_dashboard_only_for_who_may_view_jobs(client, django_user_model):
+    login(client, django_user_model, "binder", ("view_idempotencybinding",))
+
+    assert f'href="{ENTRY}"' not in body(client.get("/admin/"))
+    assert client.get(ENTRY).status_code == 403

@@ -13,7 +13,8 @@ One module per subject:
 - ``confirmation``: the one preview page of the actions that ask for confirmation, and its request id;
 - ``jobs``, ``dead_letters``, ``bindings``, ``ledger``, ``workers``, ``schedules``: one admin each, with its filters
   and actions;
-- ``dashboard``: the dashboard page and the layout of its throughput chart.
+- ``dashboard``: the dashboard page and the layout of its throughput chart; ``dashboard_entry`` its
+  entry in the admin index and side bar.
 
 This module registers the admins on the default ``admin.site``.
 """
@@ -22,9 +23,18 @@ from __future__ import annotations
 
 from django.contrib import admin
 
-from django_workhorse.models import DeadJob, EffectRecord, IdempotencyBinding, Job, ScheduleState, WorkerRecord
+from django_workhorse.models import (
+    Dashboard,
+    DeadJob,
+    EffectRecord,
+    IdempotencyBinding,
+    Job,
+    ScheduleState,
+    WorkerRecord,
+)
 
 from .bindings import BindingAdmin, FindKeyForm
+from .dashboard_entry import DashboardEntryAdmin
 from .dead_letters import DeadJobAdmin
 from .display import JSON_DISPLAY_CHARS
 from .jobs import JobAdmin
@@ -35,6 +45,7 @@ from .workers import WorkerAdmin
 __all__ = [
     "JSON_DISPLAY_CHARS",
     "BindingAdmin",
+    "DashboardEntryAdmin",
     "DeadJobAdmin",
     "FindKeyForm",
     "JobAdmin",
@@ -45,6 +56,7 @@ __all__ = [
 
 admin.site.register(Job, JobAdmin)
 admin.site.register(DeadJob, DeadJobAdmin)
+admin.site.register(Dashboard, DashboardEntryAdmin)
 admin.site.register(IdempotencyBinding, BindingAdmin)
 admin.site.register(EffectRecord, LedgerAdmin)
 admin.site.register(WorkerRecord, WorkerAdmin)

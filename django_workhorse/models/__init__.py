@@ -53,6 +53,7 @@ from django_workhorse.models.effects import (
 from django_workhorse.models.jobs import (
     TERMINAL_STATUSES,
     Checkpoint,
+    Dashboard,
     DeadJob,
     EventKind,
     Job,
@@ -81,6 +82,7 @@ __all__ = [
     "BINDING_SCOPE_CHECK",
     "CHECKPOINT_NAME_UNIQ",
     "Checkpoint",
+    "Dashboard",
     "DeadJob",
     "EFFECT_EXPIRES_IDX",
     "EFFECT_KEY_HASH_CHECK",

@@ -216,6 +216,15 @@ class DeadJob(Job):
         verbose_name = "dead letter"
 
 
+class Dashboard(Job):
+    """The dashboard's entry in the admin index and side bar (its page is ``admin/dashboard.py``'s)."""
+
+    class Meta:
+        proxy = True
+        verbose_name = "dashboard"
+        verbose_name_plural = "dashboard"
+
+
 class JobEvent(models.Model):
     """One transition in a job's history."""
 
