@@ -58,7 +58,7 @@ def test_status_escapes_the_control_characters_of_every_name():
 
 
 def test_printable_leaves_printable_names_alone_and_escapes_only_what_a_terminal_acts_on():
-    from django_workhorse.management.commands.workhorse_status import printable
+    from django_workhorse.observability.log_fields import printable
 
     assert printable("billing-eu") == "billing-eu"
     assert printable("café\\x1b") == "café\\x1b"  # already printable: shown as it is

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.contrib import admin
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
 
-from .base import has_permission
+from .base import ReadOnlyAdmin, has_permission
 
 
-class DashboardEntryAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class DashboardEntryAdmin(ReadOnlyAdmin):
     """Listed beside the other pages for whoever may view jobs; its list is the dashboard."""
 
     def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
@@ -25,12 +24,3 @@ class DashboardEntryAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
     def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return has_permission(request, "view_job")
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False

@@ -1,5 +1,6 @@
-"""The fields a log record about one job carries as ``extra``, for JSON log formatters, and how a
-record names many jobs (``job_ids``: the first few and a count).
+"""The fields a log record about one job carries as ``extra``, for JSON log formatters, how a
+record names many jobs (``job_ids``: the first few and a count), and how text from the database is
+shown on a terminal or in a log line (``printable``).
 
 Every worker and enqueue record about a job has ``job_id``, ``job_type``, ``queue`` and
 ``attempt`` (0 for an enqueue) as attributes of the ``LogRecord``, besides its message.
@@ -34,3 +35,13 @@ def job_ids(ids: list[int]) -> str:
     shown = ", ".join(map(str, ids[:SHOWN_JOB_IDS]))
     rest = len(ids) - SHOWN_JOB_IDS
     return f": {shown}" if rest <= 0 else f": {shown} and {rest:,} more"
+
+
+def printable(value: object) -> str:
+    """Return ``str(value)`` with each character a terminal would act on, or that does not show
+    (control characters, ESC, DEL, C1, bidi overrides, line separators), as its Python escape:
+    ``"a\x1b[2Jb"`` prints as ``a\x1b[2Jb``."""
+    text = str(value)
+    if text.isprintable():
+        return text
+    return "".join(char if char.isprintable() else repr(char)[1:-1] for char in text)

@@ -20,7 +20,7 @@ from django_workhorse.exceptions import (
     ResultNotStorableError,
 )
 from django_workhorse.observability import tracing
-from django_workhorse.observability.log_fields import job_fields
+from django_workhorse.observability.log_fields import job_fields, printable
 from django_workhorse.tasks.registry import get_handler
 from django_workhorse.tasks.retry import RetryPolicy
 from django_workhorse.worker.context import HandlerContext
@@ -158,9 +158,7 @@ def error_head(error: str) -> str:
     """Return the first line of ``error``, its control characters escaped as in Python, cut to
     ``MAX_LOGGED_ERROR_CHARS`` (ending in "..." when cut): what a log line shows of an error."""
     lines = error.strip().splitlines()
-    line = lines[0] if lines else ""
-    if not line.isprintable():
-        line = "".join(char if char.isprintable() else repr(char)[1:-1] for char in line)
+    line = printable(lines[0] if lines else "")
     if len(line) <= MAX_LOGGED_ERROR_CHARS:
         return line
     return line[: MAX_LOGGED_ERROR_CHARS - 3] + "..."

@@ -7,11 +7,11 @@ import signal
 import threading
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import CommandParser
 from django.db import close_old_connections, connections
 
-from django_workhorse.checks import schedule_problems_reported_elsewhere
 from django_workhorse.conf import app_settings
+from django_workhorse.management.evaluating import EvaluatingCommand
 from django_workhorse.observability.log_fields import job_ids
 from django_workhorse.schedules.evaluation import enqueue_due_schedules, report_left_out_schedules
 from django_workhorse.types import EnqueueOutcome, EnqueueResult
@@ -19,22 +19,13 @@ from django_workhorse.types import EnqueueOutcome, EnqueueResult
 logger = logging.getLogger("django_workhorse.schedules.evaluation")
 
 
-class Command(BaseCommand):
+class Command(EvaluatingCommand):
     help = (
         "Evaluate the periodic schedules every WORKHORSE_SCHEDULE_INTERVAL until SIGTERM/SIGINT "
         "(with --once, evaluate once and exit). Workers evaluate too unless started with --no-scheduler; "
         "running both is safe: each tick is still one job. A schedule the system checks report is left out "
         "and logged; the others still run."
     )
-
-    def check(self, *args: Any, **kwargs: Any) -> None:
-        with schedule_problems_reported_elsewhere():  # handle() reports them, and runs the rest
-            super().check(*args, **kwargs)
-
-    def get_check_kwargs(self, options: dict[str, Any]) -> Any:
-        kwargs = super().get_check_kwargs(options)
-        kwargs["databases"] = [options["database"]]  # the database checks too, of the alias it runs on
-        return kwargs
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--once", action="store_true", help="Evaluate once, print what was enqueued, exit.")

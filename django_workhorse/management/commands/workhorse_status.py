@@ -23,6 +23,7 @@ from django_workhorse.checks import schedule_problems_reported_elsewhere
 from django_workhorse.models import Job
 from django_workhorse.observability import instruments, keyed_rates
 from django_workhorse.observability.keyed_rates import ScopeDedup, ScopeRate
+from django_workhorse.observability.log_fields import printable
 from django_workhorse.observability.metrics import multiprocess_dir
 from django_workhorse.operations.stats import (
     QueueDepth,
@@ -55,16 +56,6 @@ def human_age(age: timedelta | None) -> str:
     if seconds < 86400:
         return f"{seconds / 3600:.1f} h"
     return f"{seconds / 86400:.1f} d"
-
-
-def printable(value: object) -> str:
-    """Return ``str(value)`` with each character a terminal would act on, or that does not show
-    (control characters, ESC, DEL, C1, bidi overrides, line separators), as its Python escape:
-    ``"a\x1b[2Jb"`` prints as ``a\x1b[2Jb``."""
-    text = str(value)
-    if text.isprintable():
-        return text
-    return "".join(char if char.isprintable() else repr(char)[1:-1] for char in text)
 
 
 def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]], *, right: Sequence[int] = ()) -> list[str]:

@@ -9,12 +9,12 @@ from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser, OutputWrapper
+from django.core.management.base import CommandError, CommandParser, OutputWrapper
 from django.utils.module_loading import autodiscover_modules
 
-from django_workhorse.checks import schedule_problems_reported_elsewhere
 from django_workhorse.conf import DEFAULT_DRAIN_TIMEOUT, DEFAULT_LEASE
 from django_workhorse.exceptions import WorkerThreadError
+from django_workhorse.management.evaluating import EvaluatingCommand
 from django_workhorse.schedules.evaluation import report_left_out_schedules
 from django_workhorse.worker import Worker
 
@@ -103,21 +103,12 @@ def console_logging(stream: OutputWrapper, level: int) -> Iterator[None]:
         logger.removeHandler(handler)
 
 
-class Command(BaseCommand):
+class Command(EvaluatingCommand):
     help = (
         "Run django-workhorse jobs until SIGTERM/SIGINT (or, with --burst, until no job is ready). "
         "Exits with status 1 if a worker thread died of an unexpected error. A schedule the system checks "
         "report is left out and logged; the others and every queue still run."
     )
-
-    def check(self, *args: Any, **kwargs: Any) -> None:
-        with schedule_problems_reported_elsewhere():  # handle() reports them, and runs the rest
-            super().check(*args, **kwargs)
-
-    def get_check_kwargs(self, options: dict[str, Any]) -> Any:
-        kwargs = super().get_check_kwargs(options)
-        kwargs["databases"] = [options["database"]]  # the database checks too, of the alias it runs on
-        return kwargs
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--queues", type=queue_list, default=["default"], help="Comma-separated queues.")
