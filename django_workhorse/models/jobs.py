@@ -11,6 +11,8 @@ from django_workhorse.enqueueing.key_lifetimes import TERMINAL_JOB_STATUSES
 from django_workhorse.models.base import (
     CHECKPOINT_NAME_UNIQ,
     JOB_ATTEMPT_CHECK,
+    JOB_BREAKER_HELD_IDX,
+    JOB_BREAKER_KEY_CHECK,
     JOB_CHILD,
     JOB_CONCURRENCY_KEY_CHECK,
     JOB_CONCURRENCY_LIMIT_CHECK,
@@ -24,6 +26,7 @@ from django_workhorse.models.base import (
     JOB_QUEUE_CHECK,
     JOB_READY_IDX,
     JOB_RUN_AT_CHECK,
+    JOB_SNOOZES_CHECK,
     JOB_STATUS_CHECK,
     JOB_TAGS_CHECK,
     JOB_TYPE_CHECK,
@@ -65,6 +68,8 @@ class EventKind(models.TextChoices):
     REPLACED = "replaced"
     RUN_NOW = "run_now"
     KEY_RELEASED = "key_released"
+    SNOOZED = "snoozed"  # the handler raised Snooze: back to queued, no attempt consumed
+    HELD = "held"  # admission at claim deferred it (an open circuit breaker): no attempt consumed
 
 
 class Job(models.Model):
@@ -111,6 +116,15 @@ class Job(models.Model):
         editable=False,
         help_text="The W3C trace context (traceparent, tracestate) of the traced enqueue that created the job.",
     )
+    snoozes = models.IntegerField(
+        db_default=0, editable=False, help_text="Times its handler snoozed it (no attempt consumed)."
+    )
+    # The circuit breaker the job runs behind (a destination or its job type); NULL: none.
+    breaker_key = models.CharField(  # noqa: DJ001
+        max_length=conf.MAX_BREAKER_KEY_BYTES, null=True, blank=True, editable=False
+    )
+    # Set while admission at claim holds the job back (its breaker is open); cleared by its next claim.
+    held_since = models.DateTimeField(null=True, blank=True, editable=False)
 
     class Meta:
         db_table = "workhorse_job"
@@ -145,6 +159,12 @@ class Job(models.Model):
                 include=["queue"],
                 name=JOB_DEAD_IDX,
                 condition=models.Q(status=JobStatus.DEAD),
+            ),
+            # The jobs a circuit breaker holds back, to give them back at once when it closes.
+            models.Index(
+                fields=["breaker_key"],
+                name=JOB_BREAKER_HELD_IDX,
+                condition=models.Q(status=JobStatus.QUEUED, held_since__isnull=False),
             ),
         ]
         constraints = [
@@ -197,6 +217,12 @@ class Job(models.Model):
             # Instants Python can read back (PostgreSQL stores more): UTC years 1..9999.
             models.CheckConstraint(condition=readable_instant("run_at"), name=JOB_RUN_AT_CHECK),
             models.CheckConstraint(condition=readable_instant("deadline"), name=JOB_DEADLINE_CHECK),
+            models.CheckConstraint(condition=models.Q(snoozes__gte=0), name=JOB_SNOOZES_CHECK),
+            models.CheckConstraint(
+                condition=models.lookups.LessThanOrEqual(octet_length("breaker_key"), conf.MAX_BREAKER_KEY_BYTES)
+                & models.lookups.GreaterThanOrEqual(octet_length("breaker_key"), 1),
+                name=JOB_BREAKER_KEY_CHECK,
+            ),
         ]
 
     def __str__(self) -> str:
