@@ -2,6 +2,7 @@
 
     python benchmarks/worker.py [--n 10000] [--runs 3] [--samples 200] [--backlog 100000] [--json out.json]
     python benchmarks/worker.py --observability [--runs 10]
+    python benchmarks/worker.py --held [--runs 5] [--held-jobs 10000]
 
 Throughput: N no-op jobs pre-enqueued, then one burst worker (threads, in this process) until
 none is left; jobs/s over the worker's run, median of --runs, for several concurrency/batch
@@ -44,6 +45,10 @@ def main() -> None:
     parser.add_argument(
         "--observability", action="store_true", help="measure throughput with metrics and tracing off, then on"
     )
+    parser.add_argument(
+        "--held", action="store_true", help="measure throughput with jobs held by a breaker and a paused queue, vs none"
+    )
+    parser.add_argument("--held-jobs", type=int, default=10000)
     args = parser.parse_args()
     setup_django()
 
@@ -61,14 +66,26 @@ def main() -> None:
         for start in range(0, n, 1000):
             enqueue_many([EnqueueRequest(job_type, PAYLOAD) for _ in range(min(1000, n - start))])
 
-    def throughput(concurrency: int, batch: int, backlog: int, job_type: str = "bench.noop") -> float:
+    def throughput(
+        concurrency: int, batch: int, backlog: int, job_type: str = "bench.noop", held: int | None = None
+    ) -> float:
         reset_tables()
+        queues = ["default"]
+        if held is not None:  # None: as ever; 0: the worker also asks for the (unpaused) queue "paused"
+            queues.append("paused")
+            with connection.cursor() as cursor:
+                cursor.execute("TRUNCATE workhorse_queue, workhorse_breaker")
+                if held:
+                    cursor.execute(HELD, {"n": held})
+                cursor.execute("VACUUM ANALYZE workhorse_job")
         if backlog:
             with connection.cursor() as cursor:
                 cursor.execute(BACKLOG, {"n": backlog})
                 cursor.execute("VACUUM ANALYZE workhorse_job")
         fill(args.n, job_type)
-        worker = Worker(concurrency=concurrency, batch=batch, burst=True, listen_using=None, poll_interval=0.05)
+        worker = Worker(
+            queues=queues, concurrency=concurrency, batch=batch, burst=True, listen_using=None, poll_interval=0.05
+        )
         began = time.perf_counter()
         stats = worker.run()
         elapsed = time.perf_counter() - began
@@ -95,6 +112,30 @@ def main() -> None:
         thread.join(30)
         gaps.sort()
         return {"p50_ms": statistics.median(gaps), "p95_ms": gaps[int(len(gaps) * 0.95) - 1], "samples": len(gaps)}
+
+    if args.held:
+        held_rows = []
+        held_figures = {}
+        for concurrency, batch in HELD_CONFIGS:
+            values: dict[str, list[float]] = {"none": [], "held": []}
+            for _ in range(args.runs):
+                values["none"].append(throughput(concurrency, batch, 0, held=0))
+                values["held"].append(throughput(concurrency, batch, 0, held=args.held_jobs))
+            for case, label in (
+                ("none", "nothing held"),
+                ("held", f"{args.held_jobs:,} held + {args.held_jobs:,} paused"),
+            ):
+                row = f"concurrency {concurrency}, batch {batch}, {label}"
+                held_figures[row] = {
+                    "median": statistics.median(values[case]), "min": min(values[case]), "max": max(values[case])
+                }  # fmt: skip
+                held_rows.append((row, held_figures[row], "jobs/s"))
+            change = statistics.median(values["held"]) / statistics.median(values["none"]) - 1
+            print(f"concurrency {concurrency}, batch {batch}: {change:+.1%} with held and paused jobs")
+        print("\n" + str(environment()))
+        print_table(f"worker throughput ({args.n:,} no-op jobs) beside held and paused jobs", held_rows)
+        dump(args.json, {"environment": environment(), "throughput": held_figures})
+        return
 
     if args.observability:
         workloads = {
@@ -129,6 +170,32 @@ def main() -> None:
     )
     dump(args.json, {"environment": environment(), "throughput": figures, "latency": lat})
 
+
+HELD_CONFIGS = [(1, 10), (8, 50)]
+# --held: n jobs of queue "default" held behind an open breaker (as a claim leaves them: run_at at
+# the breaker's open_until, held_since set) and n due jobs of the paused queue "paused".
+HELD = """
+WITH breaker AS (
+    INSERT INTO workhorse_breaker (key, state, recent_failures, opened_at, open_until, cooldown, probes,
+                                   probes_admitted, policy, transitions, changed_at)
+    VALUES ('bench:provider', 'open', '[]', now(), now() + interval '1 hour', interval '1 hour', 1, 0,
+            '{}', '[]', now())
+),
+paused AS (
+    INSERT INTO workhorse_queue (queue, paused, changed_at, changed_by) VALUES ('paused', true, now(), 'bench')
+),
+held AS (
+    INSERT INTO workhorse_job (job_type, queue, payload, status, priority, run_at, attempt, max_attempts,
+                               retry_policy, tags, created_at, last_error, breaker_key, held_since)
+    SELECT 'bench.held', 'default', '{}', 'queued', 0, now() + interval '1 hour', 0, 25, '{}', '[]', now(),
+           '', 'bench:provider', now()
+    FROM generate_series(1, %(n)s)
+)
+INSERT INTO workhorse_job (job_type, queue, payload, status, priority, run_at, attempt, max_attempts,
+                           retry_policy, tags, created_at, last_error)
+SELECT 'bench.noop', 'paused', '{}', 'queued', 0, now(), 0, 25, '{}', '[]', now(), ''
+FROM generate_series(1, %(n)s)
+"""
 
 BACKLOG = """
 INSERT INTO workhorse_job (job_type, queue, payload, status, priority, run_at, attempt, max_attempts,
