@@ -49,9 +49,10 @@ def _header(headers: Any) -> str | None:
 
 def _delay(value: str, now: datetime) -> timedelta | None:
     if _DELTA_SECONDS.fullmatch(value):
-        if len(value.lstrip("0")) > _MAX_DELTA_DIGITS:
+        digits = value.lstrip("0") or "0"
+        if len(digits) > _MAX_DELTA_DIGITS:
             return conf.MAX_DELAY
-        return _bounded(timedelta(seconds=int(value)))
+        return _bounded(timedelta(seconds=int(digits)))
     when = parsedate_to_datetime(value)  # ValueError or TypeError for what is not a date
     if when.tzinfo is None:  # "-0000": UTC, by RFC 5322
         when = when.replace(tzinfo=timezone.utc)

@@ -196,7 +196,9 @@ def _log_finished(outcome: Outcome, status: str) -> None:
     elif status == "dead":
         error = error_head(outcome.error)
         logger.error(
-            "Job failed, dead id=%s type=%s attempt=%s/%s no more attempts error=%s",
+            "Job failed, dead id=%s type=%s attempt=%s/%s no more attempts error=%s"
+            if outcome.kind != "failed"
+            else "Job failed, dead id=%s type=%s attempt=%s/%s at the handler's decision error=%s",
             job.id,
             job.job_type,
             job.attempt,
