@@ -361,3 +361,15 @@ def test_an_outcome_escapes_a_handler_s_own_except_exception():
     run_worker(queues=["o-swallow"])
 
     assert Job.objects.get(pk=job_id).status == JobStatus.DEAD
+
+
+def test_a_snooze_after_a_failed_attempt_keeps_that_attempt_s_error_and_count():
+    job_id = outcome_job("o-snoozeafter", kind="snooze", seconds=600)
+    Job.objects.filter(pk=job_id).update(attempt=1, last_error="RuntimeError: boom on attempt 1")
+
+    run_worker(queues=["o-snoozeafter"])
+
+    job = Job.objects.get(pk=job_id)
+    assert (job.status, job.attempt, job.snoozes) == (JobStatus.QUEUED, 1, 1)
+    assert job.last_error == "RuntimeError: boom on attempt 1"
+    assert kinds(job_id)[-2:] == [("claimed", 2), ("snoozed", 2)]

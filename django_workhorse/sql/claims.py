@@ -135,8 +135,9 @@ assert CLAIM_JOB.count("%(job_id)s") == 2
 # token: a worker whose lease expired (the job may be another worker's now) changes nothing.
 # status is 'succeeded', 'queued' (a retry or a snooze at run_at; 'cancelled' instead when
 # cancellation was requested meanwhile), 'cancelled' or 'dead'; each outcome brings its events. A
-# snooze consumes no attempt: it gives back the one its claim counted and counts a snooze (its
-# events keep the claim's attempt number). Locks the jobs in id order.
+# snooze consumes no attempt: it gives back the one its claim counted, counts a snooze and keeps
+# the last error of an earlier attempt (its events keep the claim's attempt number). Locks the
+# jobs in id order.
 RECORD_OUTCOMES = """
 WITH outcome AS (
     SELECT (o->>'id')::bigint AS id, (o->>'token')::uuid AS token, o->>'status' AS status,
@@ -154,7 +155,8 @@ finished AS (
     UPDATE workhorse_job AS job
     SET status = CASE WHEN job.cancel_requested AND outcome.status = 'queued' THEN 'cancelled'
                       ELSE outcome.status END,
-        result = outcome.result, last_error = outcome.error,
+        result = outcome.result,
+        last_error = CASE WHEN outcome.snoozed = 1 THEN job.last_error ELSE outcome.error END,
         run_at = coalesce(outcome.run_at, job.run_at), lease_token = NULL, lease_expires_at = NULL,
         finished_at = CASE WHEN outcome.status = 'queued' AND NOT job.cancel_requested
                            THEN NULL ELSE clock_timestamp() END,
