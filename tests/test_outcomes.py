@@ -74,15 +74,16 @@ def test_fifty_snoozes_keep_the_attempt_where_it_was_and_are_counted():
 
 
 def test_the_snooze_past_max_snoozes_makes_the_job_dead_and_the_worker_goes_on():
-    job_id = enqueue("tests.outcome.snooze_times", {"snoozes": 10}, queue="o-snoozemax")
+    job_id = enqueue("tests.outcome.snooze_times", {"snoozes": 51}, queue="o-snoozemax")
     other = enqueue("tests.record", {"n": 1}, queue="o-snoozemax")
 
-    with override_settings(WORKHORSE_MAX_SNOOZES=3):
-        run_worker(queues=["o-snoozemax"], max_jobs=5)
+    with override_settings(WORKHORSE_MAX_SNOOZES=50):
+        stats = run_worker(queues=["o-snoozemax"], max_jobs=52)
 
+    assert stats.finished == {"queued": 50, "dead": 1, "succeeded": 1}
     job = Job.objects.get(pk=job_id)
-    assert (job.status, job.attempt, job.snoozes) == (JobStatus.DEAD, 1, 3)
-    assert job.last_error == "Snooze: snoozed more than 3 times"
+    assert (job.status, job.attempt, job.snoozes) == (JobStatus.DEAD, 1, 50)
+    assert job.last_error == "Snooze: snoozed more than 50 times"
     assert job.finished_at is not None
     assert kinds(job_id)[-2:] == [("failed", 1), ("dead", 1)]
     assert events(job_id)[-2][2]["outcome"] == "snooze"
