@@ -23,14 +23,18 @@ from django_workhorse.exceptions import (
     JobNotDeadError,
     KeyNotSettledError,
     LeaseLostError,
+    OutcomeValidationError,
     RedriveConflictError,
     ResultNotStorableError,
     ScheduleDefinitionError,
     ScheduleNotFoundError,
+    TaskDefinitionError,
     WorkerThreadError,
     WorkhorseBackendNotConfiguredError,
     WorkhorseError,
 )
+from django_workhorse.outcomes.retry_after import retry_after
+from django_workhorse.outcomes.values import Cancel, Fail, Retry, Snooze
 from django_workhorse.schedules.definition import Schedule
 from django_workhorse.tasks.retry import RetryPolicy
 from django_workhorse.types import (
@@ -107,6 +111,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "AttemptTimeoutError",
+    "Cancel",
     "CheckpointNotStorableError",
     "Debounce",
     "DjangoTaskNotFoundError",
@@ -119,6 +124,7 @@ __all__ = [
     "EnqueueRequest",
     "EnqueueResult",
     "EnqueueValidationError",
+    "Fail",
     "HandlerContext",
     "HandlerNotRegisteredError",
     "Idempotency",
@@ -133,13 +139,17 @@ __all__ = [
     "LeaseLostError",
     "NonReplaceableReason",
     "Operation",
+    "OutcomeValidationError",
     "RedriveConflictError",
     "ResultNotStorableError",
+    "Retry",
     "RetryPolicy",
     "Schedule",
     "ScheduleDefinitionError",
     "ScheduleNotFoundError",
+    "Snooze",
     "Task",
+    "TaskDefinitionError",
     "Throttle",
     "Unique",
     "WorkerThreadError",
@@ -163,6 +173,7 @@ __all__ = [
     "redrive",
     "register",
     "resume_schedules",
+    "retry_after",
     "run_schedule_now",
     "task",
 ]

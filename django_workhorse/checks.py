@@ -69,7 +69,7 @@ def _positive_durations() -> list[CheckMessage]:
 @register
 def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[CheckMessage]:
     """WORKHORSE_* settings must have the right type and stay within bounds (workhorse.E002-E010, E201-E202,
-    E209, E301)."""
+    E209, E301, E401)."""
     errors: list[CheckMessage] = []
     size = _configured("MAX_PAYLOAD_BYTES")
     if not isinstance(size, int) or isinstance(size, bool) or not 1 <= size <= conf.MAX_PAYLOAD_BYTES_LIMIT:
@@ -110,7 +110,17 @@ def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
         )
     errors.extend(_schedule_settings())
     errors.extend(_metrics_token())
+    errors.extend(_max_snoozes())
     return errors
+
+
+def _max_snoozes() -> list[CheckMessage]:
+    """WORKHORSE_MAX_SNOOZES (workhorse.E401): an integer within its bounds."""
+    low, high = conf.MIN_MAX_SNOOZES, conf.MAX_MAX_SNOOZES
+    value = _configured("MAX_SNOOZES")
+    if isinstance(value, int) and not isinstance(value, bool) and low <= value <= high:
+        return []
+    return [Error(f"WORKHORSE_MAX_SNOOZES must be an integer in {low}..{high}, got {value!r}.", id="workhorse.E401")]
 
 
 def _metrics_token() -> list[CheckMessage]:

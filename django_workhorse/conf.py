@@ -155,6 +155,11 @@ class WorkhorseSettings:
         DEFAULT_CONCURRENCY_LIMIT,
         "The limit of a concurrency key that neither the request nor CONCURRENCY_LIMITS names (1).",
     )
+    MAX_SNOOZES = Setting(
+        DEFAULT_MAX_SNOOZES,
+        "How many times a job may snooze (a handler raising Snooze); the snooze after that makes it dead "
+        "(100; 1..100,000).",
+    )
     SCHEDULES: Setting[dict[str, Any]] = Setting(
         {},
         'Periodic schedules by name: {"name": {"task": ..., "cron": ... or "every": ..., ...}} (see docs/schedules.md).',

@@ -169,6 +169,19 @@ class ResultNotStorableError(InvalidArgumentError):
     """
 
 
+class OutcomeValidationError(InvalidArgumentError):
+    """A handler outcome (``Snooze``, ``Retry``, ``Cancel``, ``Fail``) was built with a value out of its
+    bounds; ``field`` names the argument and ``bound`` what it must be.
+
+    Raised where the outcome is built, so inside a handler the attempt fails with it like with any
+    exception (retried or dead), and the worker goes on.
+    """
+
+
+class TaskDefinitionError(InvalidArgumentError):
+    """A ``@task`` option is out of its bounds (``fail_on``/``retry_on`` that are not exception classes)."""
+
+
 class CheckpointNotStorableError(InvalidArgumentError):
     """A checkpoint's name or value cannot be stored; raised by ``ctx.checkpoint`` in the handler."""
 

@@ -181,8 +181,8 @@ def test_the_job_type_is_a_label_only_when_the_setting_is_on(scraper):
         per_job("tests.always_fail", queue="m-types", mode="none", outcome="accepted"): 1,
     }
     assert changes(before, after, "workhorse_attempts_finished_total") == {
-        per_job("tests.record", queue="m-types", status="succeeded"): 2,
-        per_job("tests.always_fail", queue="m-types", status="dead"): 1,
+        per_job("tests.record", queue="m-types", status="succeeded", outcome="succeeded"): 2,
+        per_job("tests.always_fail", queue="m-types", status="dead", outcome="dead"): 1,
     }
     assert changes(before, after, "workhorse_wait_duration_seconds_count") == {
         per_job("tests.record", queue="m-types"): 2,
@@ -281,8 +281,8 @@ def test_a_worker_counts_finished_attempts_by_status_and_times_handlers_and_clai
     after = scraper.samples()
 
     assert changes(before, after, "workhorse_attempts_finished_total") == {
-        per_job(queue="m-work", status="succeeded"): 2,
-        per_job(queue="m-work", status="dead"): 1,
+        per_job(queue="m-work", status="succeeded", outcome="succeeded"): 2,
+        per_job(queue="m-work", status="dead", outcome="dead"): 1,
     }
     assert changes(before, after, "workhorse_dead_letters_total") == {labels(queue="m-work"): 1}
     assert changes(before, after, "workhorse_handler_duration_seconds_count") == {per_job(queue="m-work"): 3}
@@ -500,7 +500,10 @@ def test_a_worker_serves_its_own_metrics_on_its_metrics_port(tmp_path):
         start()
         for n in range(3):
             enqueue("tests.record", {"n": n}, queue="m-port")
-        succeeded = ("workhorse_attempts_finished_total", per_job(queue="m-port", status="succeeded"))
+        succeeded = (
+            "workhorse_attempts_finished_total",
+            per_job(queue="m-port", status="succeeded", outcome="succeeded"),
+        )
 
         def counted() -> float:
             samples = metrics_of_port(port)
@@ -536,7 +539,10 @@ def test_in_multiprocess_mode_the_endpoint_adds_up_two_worker_processes(scraper,
     samples = scraper.samples()
 
     assert len(pids) == 2  # each worker process wrote its own files
-    assert samples[("workhorse_attempts_finished_total", per_job(queue="m-mp", status="succeeded"))] == 40
+    assert (
+        samples[("workhorse_attempts_finished_total", per_job(queue="m-mp", status="succeeded", outcome="succeeded"))]
+        == 40
+    )
     assert samples[("workhorse_handler_duration_seconds_count", per_job(queue="m-mp"))] == 40
 
 

@@ -31,10 +31,12 @@ PUBLIC = {
     "JobNotDeadError": "django_workhorse.exceptions",
     "KeyNotSettledError": "django_workhorse.exceptions",
     "LeaseLostError": "django_workhorse.exceptions",
+    "OutcomeValidationError": "django_workhorse.exceptions",
     "RedriveConflictError": "django_workhorse.exceptions",
     "ResultNotStorableError": "django_workhorse.exceptions",
     "ScheduleDefinitionError": "django_workhorse.exceptions",
     "ScheduleNotFoundError": "django_workhorse.exceptions",
+    "TaskDefinitionError": "django_workhorse.exceptions",
     "WorkerThreadError": "django_workhorse.exceptions",
     "WorkhorseBackendNotConfiguredError": "django_workhorse.exceptions",
     "WorkhorseError": "django_workhorse.exceptions",
@@ -63,6 +65,12 @@ PUBLIC = {
     "Task": "django_workhorse.tasks.decorator",
     "register": "django_workhorse.tasks.registry",
     "HandlerContext": "django_workhorse.worker.context",
+    # Handler outcomes
+    "Snooze": "django_workhorse.outcomes.values",
+    "Retry": "django_workhorse.outcomes.values",
+    "Cancel": "django_workhorse.outcomes.values",
+    "Fail": "django_workhorse.outcomes.values",
+    "retry_after": "django_workhorse.outcomes.retry_after",
     # The effect ledger
     "once": "django_workhorse.effects.ledger",
     "once_block": "django_workhorse.effects.ledger",
@@ -104,6 +112,9 @@ def test_every_public_name_imports_from_the_package_in_a_fresh_process():
 
 
 def test_the_value_objects_import_before_django_is_set_up():
-    code = "from django_workhorse import Idempotency, Debounce, Throttle, Unique, RetryPolicy, Schedule, EnqueueOptions"
+    code = (
+        "from django_workhorse import Idempotency, Debounce, Throttle, Unique, RetryPolicy, Schedule, EnqueueOptions, "
+        "Snooze, Retry, Cancel, Fail, retry_after"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr

@@ -419,3 +419,47 @@ def poison(ctx: HandlerContext, payload: dict[str, Any]) -> Any:
     if payload["kind"] == "good":
         return payload
     return POISONS[payload["kind"]](ctx, payload)
+
+
+# -- handlers that raise outcomes (tests/test_outcomes*.py), in this process or a worker's ----------
+
+
+def _outcome(payload: dict[str, Any]) -> BaseException:
+    """The outcome ``payload`` names: ``{"kind": "snooze", "seconds": 1}``, ``{"kind": "fail", "reason": ...}``…"""
+    from datetime import datetime, timedelta
+
+    from django_workhorse.outcomes.values import Cancel, Fail, Retry, Snooze
+
+    kind = payload["kind"]
+    reason = payload.get("reason", "") + ("\x00" if payload.get("nul") else "")  # a payload cannot hold NUL
+    if kind == "snooze":
+        return Snooze(timedelta(seconds=payload["seconds"]))
+    if kind == "snooze_until":
+        return Snooze(until=datetime.fromisoformat(payload["until"]))
+    if kind == "retry":
+        return Retry(after=None if payload.get("seconds") is None else timedelta(seconds=payload["seconds"]))
+    if kind == "cancel":
+        return Cancel(reason)
+    return Fail(reason)
+
+
+@register("tests.outcome")
+def raise_outcome(ctx: HandlerContext, payload: dict[str, Any]) -> Any:
+    """Raise the outcome ``payload`` describes (built in the handler: a bad value fails the attempt)."""
+    CALLS.add((payload["kind"], ctx.attempt))
+    raise _outcome(payload)
+
+
+@register("tests.outcome.snooze_times")
+def snooze_times(ctx: HandlerContext, payload: dict[str, Any]) -> dict[str, int]:
+    """Snooze for ``payload["ms"]`` ms until the job has snoozed ``payload["snoozes"]`` times, then return
+    the attempt and the count (read from the job's row, which the worker wrote)."""
+    from datetime import timedelta
+
+    from django_workhorse.models import Job
+    from django_workhorse.outcomes.values import Snooze
+
+    snoozes = Job.objects.values_list("snoozes", flat=True).get(pk=ctx.job_id)
+    if snoozes < payload["snoozes"]:
+        raise Snooze(timedelta(milliseconds=payload.get("ms", 1)))
+    return {"attempt": ctx.attempt, "snoozes": snoozes, "pid": os.getpid()}

@@ -202,7 +202,8 @@ class JobAdmin(ReadOnlyAdmin):
 
     @admin.display(description="attempts")
     def attempts(self, obj: Job) -> str:
-        return f"{obj.attempt}/{obj.max_attempts}"
+        snoozed = f", snoozed {obj.snoozes}×" if obj.snoozes else ""
+        return f"{obj.attempt}/{obj.max_attempts}{snoozed}"
 
     @admin.display(description="runs at", ordering="run_at")
     def runs_at(self, obj: Job) -> SafeString | str:

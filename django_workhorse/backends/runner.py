@@ -29,6 +29,7 @@ from django_workhorse.backends._framework import (
 from django_workhorse.backends.backend import WorkhorseBackend
 from django_workhorse.backends.results import FAILED, SUCCESSFUL, WorkhorseTaskResult, import_task, may_import
 from django_workhorse.exceptions import DjangoTaskNotFoundError, WorkhorseBackendNotConfiguredError
+from django_workhorse.outcomes.values import Cancel, Snooze
 from django_workhorse.tasks.registry import Handler, add_resolver
 
 if TYPE_CHECKING:
@@ -59,7 +60,11 @@ class TaskRunner:
             else:
                 value = task.call(*result.args, **result.kwargs)
             value = normalize_json(value)  # a value that is not JSON fails the attempt, as in Django
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, Snooze):  # a snoozed task has not finished: it runs again later
+            raise
+        except Cancel:  # cancelled: FAILED, django.tasks' only final state besides SUCCESSFUL, with no error
+            _finish(result, FAILED)
+            task_finished.send(sender=sender, task_result=result)
             raise
         except BaseException as exc:
             exc_type = type(exc)

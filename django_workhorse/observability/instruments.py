@@ -64,10 +64,10 @@ def attempt_started(job: ClaimedJob) -> None:
         _metrics.attempt_started(job, job.waited + (time.perf_counter() - job.claimed_at))
 
 
-def attempt_finished(job: ClaimedJob, status: str, duration: float | None) -> None:
-    """Count a finished attempt by queue and written status; time its handler."""
+def attempt_finished(job: ClaimedJob, status: str, duration: float | None, outcome: str = "") -> None:
+    """Count a finished attempt by queue, written status and outcome (``execution.OUTCOMES``); time its handler."""
     if _metrics is not None:
-        _metrics.attempt_finished(job, status, duration)
+        _metrics.attempt_finished(job, status, duration, outcome)
 
 
 def reclaimed(count: int) -> None:

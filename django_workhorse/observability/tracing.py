@@ -50,6 +50,9 @@ MODE = "workhorse.enqueue.mode"
 OUTCOME = "workhorse.enqueue.outcome"
 OUTCOMES = "workhorse.enqueue.outcomes"
 STATUS = "workhorse.attempt.status"
+ATTEMPT_OUTCOME = "workhorse.attempt.outcome"
+# Outcomes a handler asked for that are not errors: the span's status is OK.
+OK_OUTCOMES = frozenset({"snoozed", "cancelled"})
 # What a job stores of a tracestate, at most (W3C asks propagators to pass on at least 512 characters),
 # and what an attempt reads back: a longer one was not written here and is left out.
 MAX_TRACESTATE_CHARS = 512
@@ -190,12 +193,16 @@ def _consumer(tracer: Any, job: ClaimedJob) -> _Current:
 
 
 def finished(span: Any, outcome: Outcome) -> None:
-    """Give the consumer span the attempt's outcome: an error status unless it succeeded."""
+    """Give the consumer span the attempt's outcome: OK when it succeeded, snoozed or was cancelled,
+    else an error status."""
     if span is None:
         return
     try:
         span.set_attribute(STATUS, outcome.status)
-        if outcome.status != "succeeded":  # outcome.error is storable text already
+        span.set_attribute(ATTEMPT_OUTCOME, outcome.kind)
+        if outcome.kind in OK_OUTCOMES:
+            span.set_status(trace.Status(trace.StatusCode.OK))
+        elif outcome.status != "succeeded":  # outcome.error is storable text already
             span.set_status(trace.Status(trace.StatusCode.ERROR, outcome.error.partition("\n")[0] or outcome.status))
         if outcome.exception is not None:
             _record_exception(span, outcome.exception)

@@ -97,7 +97,8 @@ claimed AS (
     RETURNING job.id, job.job_type, job.queue, job.payload, job.attempt, job.max_attempts,
               job.retry_policy, job.deadline, job.timeout, job.lease_token, coalesce(job.root_id, job.id),
               job.scheduled_for, {BOUNDED_TRACE_CONTEXT} AS trace_context,
-              extract(epoch FROM clock_timestamp() - job.run_at)::float8 AS waited, job.priority, job.run_at
+              extract(epoch FROM clock_timestamp() - job.run_at)::float8 AS waited, job.priority, job.run_at,
+              job.snoozes
 ),
 events AS (
     INSERT INTO workhorse_job_event (job_id, kind, attempt, at, details)
@@ -132,13 +133,16 @@ assert CLAIM_JOB.count("%(job_id)s") == 2
 
 # record_outcomes: write how attempts ended, many in one statement, each fenced by its lease
 # token: a worker whose lease expired (the job may be another worker's now) changes nothing.
-# status is 'succeeded', 'queued' (a retry at run_at; 'cancelled' instead when cancellation was
-# requested meanwhile) or 'dead'; each outcome brings its events. Locks the jobs in id order.
+# status is 'succeeded', 'queued' (a retry or a snooze at run_at; 'cancelled' instead when
+# cancellation was requested meanwhile), 'cancelled' or 'dead'; each outcome brings its events. A
+# snooze consumes no attempt: it gives back the one its claim counted, counts a snooze and keeps
+# the last error of an earlier attempt (its events keep the claim's attempt number). Locks the
+# jobs in id order.
 RECORD_OUTCOMES = """
 WITH outcome AS (
     SELECT (o->>'id')::bigint AS id, (o->>'token')::uuid AS token, o->>'status' AS status,
            o->'result' AS result, o->>'error' AS error, (o->>'run_at')::timestamptz AS run_at,
-           o->'events' AS events
+           o->'events' AS events, CASE WHEN (o->>'snoozed')::boolean THEN 1 ELSE 0 END AS snoozed
     FROM jsonb_array_elements(%(outcomes)s::jsonb) AS o
 ),
 held AS MATERIALIZED (
@@ -151,13 +155,15 @@ finished AS (
     UPDATE workhorse_job AS job
     SET status = CASE WHEN job.cancel_requested AND outcome.status = 'queued' THEN 'cancelled'
                       ELSE outcome.status END,
-        result = outcome.result, last_error = outcome.error,
+        result = outcome.result,
+        last_error = CASE WHEN outcome.snoozed = 1 THEN job.last_error ELSE outcome.error END,
         run_at = coalesce(outcome.run_at, job.run_at), lease_token = NULL, lease_expires_at = NULL,
         finished_at = CASE WHEN outcome.status = 'queued' AND NOT job.cancel_requested
-                           THEN NULL ELSE clock_timestamp() END
+                           THEN NULL ELSE clock_timestamp() END,
+        attempt = job.attempt - outcome.snoozed, snoozes = job.snoozes + outcome.snoozed
     FROM held JOIN outcome ON outcome.id = held.id
     WHERE job.id = held.id
-    RETURNING job.id, job.attempt, outcome.events
+    RETURNING job.id, job.attempt + outcome.snoozed AS attempt, outcome.events
 ),
 events AS (
     INSERT INTO workhorse_job_event (job_id, kind, attempt, at, details)
@@ -299,6 +305,7 @@ class ClaimedJob:
     trace_context: dict[str, str] | None = None  # the W3C trace context of its enqueue, if traced
     waited: float = 0.0  # seconds from run_at to the claim, on PostgreSQL's clock
     claimed_at: float = 0.0  # time.perf_counter() when this process claimed it
+    snoozes: int = 0  # how many times the job snoozed before this attempt
 
 
 # Two workers that pick the same free concurrency slot at once: the second claims again. Two claims
@@ -381,7 +388,7 @@ def _claimed(row: Sequence[Any], claimed_at: float) -> ClaimedJob:
     """A row of CLAIM's answer as a ClaimedJob (payload, retry policy and trace context are jsonb)."""
     return ClaimedJob(
         row[0], row[1], row[2], decode_json(row[3]), row[4], row[5], decode_json(row[6]), row[7], row[8], row[9],
-        row[10], row[11], decode_json(row[12]), row[13], claimed_at,
+        row[10], row[11], decode_json(row[12]), row[13], claimed_at, row[16],
     )  # fmt: skip
 
 
@@ -398,6 +405,7 @@ def _json_outcome(outcome: Any) -> str:
         "status": outcome.status,
         "error": outcome.error,
         "run_at": outcome.run_at.isoformat() if outcome.run_at else None,
+        "snoozed": outcome.kind == "snoozed",
         "events": [[kind, details] for kind, details in outcome.events],
     }
     text = json.dumps(fields, default=str)

@@ -10,7 +10,8 @@ from django_workhorse import conf
 from django_workhorse.enqueueing.call_keys import call_key, checked_derived_key
 from django_workhorse.enqueueing.fingerprints import derived_key
 from django_workhorse.enqueueing.validation import MODE_OPTIONS, resolve_options
-from django_workhorse.exceptions import ScheduleDefinitionError
+from django_workhorse.exceptions import ScheduleDefinitionError, TaskDefinitionError
+from django_workhorse.outcomes.values import exception_classes
 from django_workhorse.schedules.definition import Schedule
 from django_workhorse.tasks import registry
 from django_workhorse.tasks.registry import Handler, add_handler
@@ -33,13 +34,26 @@ class Task(Generic[P, R]):
     """A registered function and its default enqueue options."""
 
     def __init__(
-        self, func: Callable[..., R], *, name: str, defaults: EnqueueOptions, idempotent: bool = False
+        self,
+        func: Callable[..., R],
+        *,
+        name: str,
+        defaults: EnqueueOptions,
+        idempotent: bool = False,
+        fail_on: tuple[type[BaseException], ...] = (),
+        retry_on: tuple[type[BaseException], ...] | None = None,
     ) -> None:
         self.func = func
         self.name = name
         self.defaults = defaults
         self.idempotent = idempotent
-        add_handler(Handler(name, func, takes_context=declares_context(func), spreads_payload=True, defaults=defaults))
+        self.fail_on = fail_on
+        self.retry_on = retry_on
+        handler = Handler(
+            name, func, takes_context=declares_context(func), spreads_payload=True, defaults=defaults,
+            fail_on=fail_on, retry_on=retry_on,
+        )  # fmt: skip
+        add_handler(handler)
         _tasks[name] = self
 
     def __repr__(self) -> str:
@@ -125,6 +139,8 @@ def task(
     idempotent: bool = False,
     schedule: Schedule | None = None,
     schedules: Sequence[Schedule] = (),
+    fail_on: type[BaseException] | Sequence[type[BaseException]] = (),
+    retry_on: type[BaseException] | Sequence[type[BaseException]] | None = None,
 ) -> Any:
     """Turn a function into a :class:`Task` (usable as ``@task`` or ``@task(queue=...)``).
 
@@ -135,7 +151,14 @@ def task(
 
     ``schedule=Schedule(...)`` runs the task periodically (named after the task); ``schedules=[...]``
     declares several (named ``<task>[0]``, ``<task>[1]``… unless a ``Schedule`` has a ``name``).
+
+    ``fail_on=(PermissionDenied, ...)``: exception classes that make the job dead at once (a dead
+    letter), whatever attempts remain. ``retry_on=(TransportError, ...)``: when given, the only
+    exceptions that retry; any other makes the job dead at once. Raise ``TaskDefinitionError`` if
+    either is not an exception class or a tuple or list of them.
     """
+    fail_classes = exception_classes(fail_on, "fail_on", TaskDefinitionError)
+    retry_classes = None if retry_on is None else exception_classes(retry_on, "retry_on", TaskDefinitionError)
     if schedule is not None and schedules:
         raise ScheduleDefinitionError(field="schedules", bound="schedule= or schedules=, not both")
     declared = [schedule] if schedule is not None else list(schedules)
@@ -148,7 +171,12 @@ def task(
 
     def decorate(fn: Callable[..., Any]) -> Task[Any, Any]:
         made: Task[Any, Any] = Task(
-            fn, name=name or f"{fn.__module__}.{fn.__qualname__}", defaults=defaults, idempotent=idempotent
+            fn,
+            name=name or f"{fn.__module__}.{fn.__qualname__}",
+            defaults=defaults,
+            idempotent=idempotent,
+            fail_on=fail_classes,
+            retry_on=retry_classes,
         )
         if declared:
             registry.add_task_schedules(made.name, declared, indexed=schedule is None)

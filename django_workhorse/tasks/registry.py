@@ -39,6 +39,10 @@ class Handler:
     spreads_payload: bool
     # A @task's enqueue options, which every enqueue of its job type starts from (decision 0020).
     defaults: EnqueueOptions | None = None
+    # @task(fail_on=, retry_on=): exceptions that make the job dead at once, or (when given) the
+    # only ones that retry.
+    fail_on: tuple[type[BaseException], ...] = ()
+    retry_on: tuple[type[BaseException], ...] | None = None
 
     def call(self, payload: Any, context: Any) -> Any:
         """Call the handler with ``payload`` (and ``context`` if it declares one)."""

@@ -19,6 +19,7 @@ from django.db.models.functions import Now
 from django_workhorse import sql
 from django_workhorse.conf import app_settings
 from django_workhorse.models import Job, JobStatus
+from django_workhorse.outcomes.values import HandlerOutcome
 from django_workhorse.types import EnqueueOutcome, EnqueueResult, JobId
 from django_workhorse.worker.context import HandlerContext
 from django_workhorse.worker.execution import execute, record
@@ -61,7 +62,8 @@ def eager(*, propagate: bool = True, active: bool = True) -> EagerMode:
 
     Each accepted job that is due now runs right after enqueue, in the caller's thread and
     transaction. With ``propagate`` a handler's exception is recorded on the job (a retry or
-    dead, as a worker would) and then re-raised. ``eager(active=False)`` turns
+    dead, as a worker would) and then re-raised; an outcome it raises (``Snooze``, ``Retry``,
+    ``Cancel``, ``Fail``) is recorded and never re-raised. ``eager(active=False)`` turns
     ``WORKHORSE_EAGER`` off inside the block.
     """
     return EagerMode(active=active, propagate=propagate)
@@ -101,6 +103,9 @@ def run_job(
     context = HandlerContext(job, alias=alias, on_heartbeat=lambda: None)
     outcome = execute(job, context)
     status = record(alias, [outcome])[0]
+    # An outcome the handler raised (Snooze, Retry, Cancel, Fail) is its decision, recorded: not re-raised.
+    if isinstance(outcome.exception, HandlerOutcome):
+        return status
     if outcome.exception is not None and (app_settings.EAGER_PROPAGATES if propagate is None else propagate):
         raise outcome.exception
     return status

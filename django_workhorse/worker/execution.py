@@ -21,7 +21,8 @@ from django_workhorse.exceptions import (
 )
 from django_workhorse.observability import tracing
 from django_workhorse.observability.log_fields import job_fields, printable
-from django_workhorse.tasks.registry import get_handler
+from django_workhorse.outcomes.values import Cancel, Fail, HandlerOutcome, Retry, Snooze, dead_letters
+from django_workhorse.tasks.registry import Handler, get_handler
 from django_workhorse.tasks.retry import RetryPolicy
 from django_workhorse.worker.context import HandlerContext
 
@@ -39,13 +40,32 @@ class Outcome:
     """How an attempt ended, ready to be written by ``sql.claims.record_outcomes``."""
 
     job: sql.claims.ClaimedJob
-    status: str  # succeeded, queued (retry at run_at), dead, cancelled, or lost (nothing to write)
+    status: str  # succeeded, queued (retry or snooze at run_at), dead, cancelled, or lost (nothing to write)
     result_json: str | None = None
     error: str = ""
     run_at: datetime | None = None
     events: tuple[tuple[str, dict[str, Any]], ...] = ()
     exception: BaseException | None = None  # the handler's, kept for eager mode (never stored)
     duration: float | None = None  # seconds the attempt ran, set by the worker (for its metrics)
+    # What the attempt came to, one of OUTCOMES (the metrics' outcome label, the span's attribute).
+    kind: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.kind:
+            object.__setattr__(self, "kind", _KIND_OF_STATUS[self.status])
+
+
+# The outcome of an attempt: succeeded; retry (failed, runs again); snoozed (back to queued, no
+# attempt consumed); cancelled; failed (dead at once by the handler's decision: Fail, fail_on,
+# retry_on); dead (no attempt or time left); lost (the lease was gone). A bounded label set.
+OUTCOMES = ("succeeded", "retry", "snoozed", "cancelled", "failed", "dead", "lost")
+_KIND_OF_STATUS = {
+    "succeeded": "succeeded",
+    "queued": "retry",
+    "cancelled": "cancelled",
+    "dead": "dead",
+    "lost": "lost",
+}
 
 
 def execute(job: sql.claims.ClaimedJob, context: HandlerContext, started: Callable[[], None] | None = None) -> Outcome:
@@ -62,15 +82,19 @@ def _execute(job: sql.claims.ClaimedJob, context: HandlerContext, started: Calla
     if started is not None:
         started()
     began = time.monotonic()
+    handler: Handler | None = None
     try:
-        value = get_handler(job.job_type).call(job.payload, context)
+        handler = get_handler(job.job_type)
+        value = handler.call(job.payload, context)
     except LeaseLostError:
         logger.warning("Lease lost id=%s attempt=%s", job.id, job.attempt, extra=job_fields(job))
         return Outcome(job, "lost")
     except JobCancelledError:
         return Outcome(job, "cancelled", events=(("cancelled", {}),))
+    except HandlerOutcome as decided:
+        return decision(job, decided)
     except BaseException as exc:  # the handler's failure (even sys.exit()) is the job's, not the worker's
-        return failure(job, exc)
+        return failure(job, exc, handler)
     if job.timeout is not None and time.monotonic() - began > job.timeout.total_seconds():
         error = f"TimeoutError: the attempt ran longer than its timeout of {job.timeout}"
         return _failure(job, error, exception_class=_class_path(AttemptTimeoutError))
@@ -84,9 +108,46 @@ def _execute(job: sql.claims.ClaimedJob, context: HandlerContext, started: Calla
     return Outcome(job, "succeeded", result_json=result_json, events=(("succeeded", {}),))
 
 
-def failure(job: sql.claims.ClaimedJob, exc: BaseException) -> Outcome:
-    """Return the outcome of an attempt that raised ``exc``: a retry, or dead on its last attempt."""
+def failure(job: sql.claims.ClaimedJob, exc: BaseException, handler: Handler | None = None) -> Outcome:
+    """Return the outcome of an attempt that raised ``exc``: a retry, or dead on its last attempt, or
+    dead at once when ``handler``'s ``fail_on``/``retry_on`` say so."""
+    if handler is not None and dead_letters(exc, fail_on=handler.fail_on, retry_on=handler.retry_on):
+        rule = "fail_on" if isinstance(exc, handler.fail_on) else "retry_on"
+        return _failure(
+            job, describe(exc), final=True, exception=exc, kind="failed", details={"outcome": "fail", "rule": rule}
+        )
     return _failure(job, describe(exc), exception=exc)
+
+
+def decision(job: sql.claims.ClaimedJob, decided: HandlerOutcome) -> Outcome:
+    """Return the outcome a handler asked for by raising ``Snooze``, ``Retry``, ``Cancel`` or ``Fail``."""
+    if isinstance(decided, Snooze):
+        return _snoozed(job, decided)
+    if isinstance(decided, Retry):
+        details = {"outcome": "retry", "after": None if decided.after is None else decided.after.total_seconds()}
+        return _failure(job, describe(decided), exception=decided, floor=decided.after, details=details)
+    if isinstance(decided, Cancel):
+        reason = storable_text(decided.reason, MAX_ERROR_CHARS)
+        return Outcome(job, "cancelled", error=reason, events=(("cancelled", {"outcome": "cancel", "reason": reason}),))
+    if isinstance(decided, Fail):
+        details = {"outcome": "fail", "reason": storable_text(decided.reason, MAX_DETAIL_CHARS)}
+        return _failure(job, describe(decided), final=True, exception=decided, kind="failed", details=details)
+    return failure(job, decided)  # a HandlerOutcome of no known kind: a failure like any other
+
+
+def _snoozed(job: sql.claims.ClaimedJob, snooze: Snooze) -> Outcome:
+    """Back to queued at the snooze's instant, no attempt consumed: unless the job has snoozed
+    ``WORKHORSE_MAX_SNOOZES`` times already, or the instant is past its deadline (then dead)."""
+    limit = app_settings.MAX_SNOOZES
+    details: dict[str, Any] = {"outcome": "snooze"}
+    if job.snoozes >= limit:
+        return _failure(job, f"Snooze: snoozed more than {limit} times", final=True, kind="dead", details=details)
+    run_at = snooze.run_at(_now())
+    if job.deadline is not None and run_at > job.deadline:
+        error = f"Snooze: snoozed until {run_at.isoformat()}, past the job's deadline {job.deadline.isoformat()}"
+        return _failure(job, error, final=True, kind="dead", details=details)
+    snoozed = ("snoozed", {"until": run_at.isoformat(), "snoozes": job.snoozes + 1})
+    return Outcome(job, "queued", run_at=run_at, events=(snoozed,), kind="snoozed")
 
 
 def unwritable(outcome: Outcome, error: BaseException) -> Outcome:
@@ -135,7 +196,9 @@ def _log_finished(outcome: Outcome, status: str) -> None:
     elif status == "dead":
         error = error_head(outcome.error)
         logger.error(
-            "Job failed, dead id=%s type=%s attempt=%s/%s no more attempts error=%s",
+            "Job failed, dead id=%s type=%s attempt=%s/%s no more attempts error=%s"
+            if outcome.kind != "failed"
+            else "Job failed, dead id=%s type=%s attempt=%s/%s at the handler's decision error=%s",
             job.id,
             job.job_type,
             job.attempt,
@@ -171,10 +234,17 @@ def _failure(
     final: bool = False,
     exception: BaseException | None = None,
     exception_class: str | None = None,
+    floor: timedelta | None = None,
+    kind: str = "",
+    details: dict[str, Any] | None = None,
 ) -> Outcome:
-    retry_at = None if final else _retry_at(job)
+    retry_at = None if final else _retry_at(job, floor)
     error = storable_text(error, MAX_ERROR_CHARS)
-    details = {"error": error[:MAX_DETAIL_CHARS]}  # a prefix of last_error (the django.tasks backend matches it)
+    extra = details or {}
+    details = {
+        "error": error[:MAX_DETAIL_CHARS],
+        **extra,
+    }  # a prefix of last_error (the django.tasks backend matches it)
     # The dotted path of what was raised, for the django.tasks backend's TaskError.
     if exception is not None:
         exception_class = exception_class or _class_path(type(exception))
@@ -182,13 +252,14 @@ def _failure(
         details["exception_class"] = exception_class
     failed = ("failed", details)
     if retry_at is None:
-        return Outcome(job, "dead", error=error, events=(failed, ("dead", {})), exception=exception)
-    retry = ("retry_scheduled", {"run_at": retry_at.isoformat()})
+        return Outcome(job, "dead", error=error, events=(failed, ("dead", {})), exception=exception, kind=kind)
+    retry = ("retry_scheduled", {"run_at": retry_at.isoformat(), **extra})
     return Outcome(job, "queued", error=error, run_at=retry_at, events=(failed, retry), exception=exception)
 
 
-def _retry_at(job: sql.claims.ClaimedJob) -> datetime | None:
-    """Return when to run the next attempt, or None when the job should be dead now."""
+def _retry_at(job: sql.claims.ClaimedJob, floor: timedelta | None = None) -> datetime | None:
+    """Return when to run the next attempt, or None when the job should be dead now. ``floor`` (a
+    handler's ``Retry(after=)``) is the least delay, which the policy's ``max_delay`` does not cap."""
     if job.attempt >= job.max_attempts:
         return None
     try:
@@ -198,6 +269,8 @@ def _retry_at(job: sql.claims.ClaimedJob) -> datetime | None:
             "Unreadable retry policy id=%s; retrying in %s", job.id, FALLBACK_RETRY_DELAY, extra=job_fields(job)
         )
         delay = FALLBACK_RETRY_DELAY
+    if floor is not None:
+        delay = max(delay, floor)
     retry_at = _now() + delay
     if job.deadline is not None and retry_at > job.deadline:
         return None

@@ -255,7 +255,7 @@ class Worker:
                 self._held.pop(outcome.job.id, None)
                 self.stats.finished[status] = self.stats.finished.get(status, 0) + 1
         for outcome, status in zip(outcomes, statuses, strict=True):
-            instruments.attempt_finished(outcome.job, status, outcome.duration)
+            instruments.attempt_finished(outcome.job, status, outcome.duration, outcome.kind)
         self._wake.set()
 
     def _close_connection(self) -> None:

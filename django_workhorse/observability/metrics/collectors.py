@@ -55,9 +55,10 @@ CLAIM_DURATION = Histogram(
 )
 ATTEMPTS_FINISHED = Counter(
     "workhorse_attempts_finished",
-    "Finished attempts by queue and what was written: succeeded, queued (a retry), dead, cancelled, "
-    "lost (the lease was gone) or unrecorded.",
-    ["queue", "status", "job_type"],
+    "Finished attempts by queue, what was written (status: succeeded, queued (a retry or a snooze), dead, "
+    "cancelled, lost (the lease was gone) or unrecorded) and what the attempt came to (outcome: succeeded, "
+    "retry, snoozed, cancelled, failed (dead at once by the handler's decision), dead or lost).",
+    ["queue", "status", "job_type", "outcome"],
 )
 HANDLER_DURATION = Histogram(
     "workhorse_handler_duration_seconds",
@@ -153,9 +154,9 @@ def attempt_started(job: ClaimedJob, waited: float) -> None:
     child(WAIT_DURATION, job.queue, job_type_label(job.job_type)).observe(max(waited, 0.0))
 
 
-def attempt_finished(job: ClaimedJob, status: str, duration: float | None) -> None:
+def attempt_finished(job: ClaimedJob, status: str, duration: float | None, outcome: str) -> None:
     job_type = job_type_label(job.job_type)
-    child(ATTEMPTS_FINISHED, job.queue, status, job_type).inc()
+    child(ATTEMPTS_FINISHED, job.queue, status, job_type, outcome).inc()
     if duration is not None:
         child(HANDLER_DURATION, job.queue, job_type).observe(duration)
     if status == "lost":

@@ -1,0 +1,1 @@
+"""Handler outcomes: what a handler raises to say what happens next (snooze, retry, cancel, fail)."""
