@@ -15,7 +15,7 @@ from io import StringIO
 
 import pytest
 from django.core.management import call_command
-from django.db import transaction
+from django.db import connections, transaction
 from django.db.transaction import TransactionManagementError
 
 from django_workhorse import (
@@ -236,8 +236,11 @@ def test_drain_returns_only_after_the_running_job_ends(gate):
     checks = []
 
     def drain() -> None:
-        drain_queue("billing", timeout=60, poll=0.05, by="deploy", on_progress=checks.append)
-        drained.set()
+        try:
+            drain_queue("billing", timeout=60, poll=0.05, by="deploy", on_progress=checks.append)
+            drained.set()
+        finally:
+            connections.close_all()  # this thread's connection
 
     with running(make_worker(queues=["billing"], concurrency=1)):
         wait_for(lambda: GATE.in_flight("drain") == 1, what="the gated job to run")
