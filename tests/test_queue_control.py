@@ -7,6 +7,8 @@ resume's NOTIFY, and ``manage.py workhorse_queue`` (drain run as a real subproce
 
 from __future__ import annotations
 
+import json
+import re
 import subprocess
 import sys
 import threading
@@ -29,7 +31,9 @@ from django_workhorse import (
 )
 from django_workhorse.conf import MAX_QUEUE_CHARS, MAX_REQUESTED_BY_CHARS
 from django_workhorse.models import Job, JobStatus, QueueState
+from tests.factories import JobFactory
 from tests.processes import ROOT, subprocess_database_url
+from tests.test_admin import body, login, messages_of
 from tests.worker_tasks import GATE, make_worker, run_worker, running, wait_for
 
 # -- pause and resume ------------------------------------------------------------------------------
@@ -395,3 +399,162 @@ def test_drain_command_refuses_a_bad_timeout_with_exit_2():
     done = run_command("drain", "billing", "--timeout", "-1")
     assert done.returncode == 2
     assert "must be a number of seconds in 0..86400" in done.stderr
+
+
+# -- the admin -------------------------------------------------------------------------------------
+
+QUEUES = "/admin/workhorse/queuestate/"
+
+
+def queue_row(page: str, queue: str) -> str:
+    found = re.search(rf'<tr data-queue="{re.escape(queue)}">(.*?)</tr>', page, re.DOTALL)
+    assert found is not None, f"no row for queue {queue}"
+    return found.group(1)
+
+
+@pytest.fixture
+def queues_world() -> None:
+    JobFactory.create_batch(3, queue="billing", status=JobStatus.QUEUED)
+    JobFactory(queue="billing", status=JobStatus.RUNNING, attempt=1)
+    JobFactory(queue="mail", status=JobStatus.QUEUED)
+    pause_queue("billing", by="ops")
+    resume_queue("empty-resumed", by="ops")  # a row, no job
+
+
+@pytest.mark.django_db
+def test_the_queues_page_lists_every_queue_with_jobs_or_a_row(client, django_user_model, queues_world):
+    login(client, django_user_model, "viewer", ("view_job",))
+
+    page = body(client.get(QUEUES))
+
+    billing = queue_row(page, "billing")
+    assert '"queued">3<' in billing and '"running">1<' in billing and ">paused<" in billing and ">ops<" in billing
+    assert ">running<" in queue_row(page, "mail") and '"queued">1<' in queue_row(page, "mail")
+    assert ">running<" in queue_row(page, "empty-resumed")
+    assert 'value="pause"' not in page and 'value="resume"' not in page  # no permission, no button
+
+
+@pytest.mark.django_db
+def test_pause_and_resume_each_need_their_own_permission(client, django_user_model, queues_world):
+    login(client, django_user_model, "viewer", ("view_job",))
+    assert client.post(QUEUES, {"action": "pause", "queue": "mail"}).status_code == 403
+    assert client.post(QUEUES, {"action": "resume", "queue": "billing"}).status_code == 403
+    assert [state.queue for state in paused_queues()] == ["billing"]
+
+    client.logout()
+    login(client, django_user_model, "pauser", ("view_job", "pause_queue"))
+    page = body(client.get(QUEUES))
+    assert 'value="pause"' in queue_row(page, "mail") and 'value="resume"' not in page
+    assert client.post(QUEUES, {"action": "resume", "queue": "billing"}).status_code == 403
+    done = client.post(QUEUES, {"action": "pause", "queue": "mail"}, follow=True)
+    assert messages_of(done) == ["Queue mail is paused: no worker claims its jobs."]
+    assert QueueState.objects.get(pk="mail").changed_by == "admin:pauser"
+
+    client.logout()
+    login(client, django_user_model, "resumer", ("view_job", "resume_queue"))
+    page = body(client.get(QUEUES))
+    assert 'value="resume"' in queue_row(page, "mail") and 'value="pause"' not in page
+    assert client.post(QUEUES, {"action": "pause", "queue": "empty-resumed"}).status_code == 403
+    done = client.post(QUEUES, {"action": "resume", "queue": "mail"}, follow=True)
+    assert messages_of(done) == ["Queue mail is resumed: workers claim its jobs again."]
+    assert [state.queue for state in paused_queues()] == ["billing"]
+
+
+@pytest.mark.django_db
+def test_the_queues_page_is_refused_without_a_view_permission(client, django_user_model, queues_world):
+    login(client, django_user_model, "nobody", ("pause_queue",))
+    assert client.get(QUEUES).status_code == 403
+    assert client.post(QUEUES, {"action": "pause", "queue": "mail"}).status_code == 403
+    assert not QueueState.objects.filter(pk="mail").exists()
+
+
+@pytest.mark.django_db
+def test_a_bad_queue_name_posted_is_a_readable_error(client, django_user_model):
+    login(client, django_user_model, "pauser", ("view_job", "pause_queue"))
+    done = client.post(QUEUES, {"action": "pause", "queue": "q" * (MAX_QUEUE_CHARS + 1)}, follow=True)
+    [message] = messages_of(done)
+    assert message.startswith(f"queue must be 1..{MAX_QUEUE_CHARS} characters, got ")
+    assert not QueueState.objects.exists()
+
+
+@pytest.mark.django_db
+def test_a_jobs_page_says_its_queue_is_paused(client, django_user_model):
+    login(client, django_user_model, "viewer", ("view_job",))
+    job = JobFactory(queue="billing", status=JobStatus.QUEUED)
+    url = f"/admin/workhorse/job/{job.pk}/change/"
+    assert 'id="workhorse-queue-paused"' not in body(client.get(url))
+
+    pause_queue("billing", by="ops")
+    timeline = body(client.get(url)).split('id="workhorse-events"')[1]
+
+    assert "<strong>Queue billing is paused</strong>" in timeline and "by ops" in timeline
+    assert "this job waits, in its place, until the queue is resumed" in timeline
+
+
+@pytest.mark.django_db
+def test_the_dashboard_marks_paused_queues(client, django_user_model, queues_world):
+    login(client, django_user_model, "viewer", ("view_job",))
+
+    page = body(client.get("/admin/workhorse/job/dashboard/"))
+
+    assert 'data-field="paused"' in queue_row(page, "billing")
+    assert 'data-field="paused"' not in queue_row(page, "mail")
+    assert "(no worker claims their jobs): " in page and "billing</span> (3 queued)" in page
+
+
+# -- status and metrics ----------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_status_lists_paused_queues_and_warns_of_their_queued_jobs(queues_world):
+    out = StringIO()
+    call_command("workhorse_status", stdout=out)
+    text = out.getvalue()
+
+    assert (
+        "Queued jobs in paused queues (no worker claims them until the queue is resumed) (1): billing (3 queued)"
+        in text
+    )
+    paused = text.split("Paused queues (times in UTC)\n")[1].split("\n\n")[0].splitlines()
+    assert paused[0].split() == ["queue", "paused", "since", "by", "queued"]
+    assert paused[2].startswith("billing ") and paused[2].split()[-2:] == ["ops", "3"]
+    assert len(paused) == 3
+
+    out = StringIO()
+    call_command("workhorse_status", "--json", stdout=out)
+    report = json.loads(out.getvalue())
+    [entry] = report["paused_queues"]
+    assert entry == {
+        "queue": "billing",
+        "since": QueueState.objects.get(pk="billing").changed_at.isoformat(),
+        "by": "ops",
+        "queued": 3,
+    }
+    warning = next(w for w in report["warnings"] if w["kind"] == "paused_queue_with_jobs")
+    assert warning["names"] == [{"name": "billing", "jobs": 3}]
+
+
+@pytest.mark.django_db
+def test_status_says_nothing_of_pauses_when_none_is_paused():
+    resume_queue("billing")
+    out = StringIO()
+    call_command("workhorse_status", stdout=out)
+    assert "Paused queues" not in out.getvalue() and "paused queues" not in out.getvalue()
+
+
+@pytest.mark.django_db
+def test_the_paused_gauge_is_1_for_paused_0_for_resumed_and_read_in_one_query(django_assert_num_queries):
+    pytest.importorskip("prometheus_client")
+    from django_workhorse.operations import stats
+
+    pause_queue("billing")
+    pause_queue("mail")
+    resume_queue("mail")
+    with django_assert_num_queries(1):
+        pauses = stats.queue_pauses()
+    assert pauses == [("billing", True), ("mail", False)]
+
+    from django_workhorse.observability.metrics.gauges import DatabaseGauges
+
+    [family] = [m for m in DatabaseGauges(ttl=0).collect() if m.name == "workhorse_queue_paused"]
+    assert {sample.labels["queue"]: sample.value for sample in family.samples} == {"billing": 1.0, "mail": 0.0}
