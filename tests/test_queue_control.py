@@ -31,6 +31,8 @@ from django_workhorse import (
 )
 from django_workhorse.conf import MAX_QUEUE_CHARS, MAX_REQUESTED_BY_CHARS
 from django_workhorse.models import Job, JobStatus, QueueState
+from django_workhorse.operations.queues import DrainProgress
+from tests.conftest import connect_directly
 from tests.factories import JobFactory
 from tests.processes import ROOT, subprocess_database_url
 from tests.test_admin import body, login, messages_of
@@ -272,6 +274,35 @@ def test_drain_times_out_with_a_typed_error_and_the_queue_stays_paused(gate):
     assert (raised.value.queue, raised.value.running) == ("billing", (job_id,))
     assert "did not drain within 0.3 s" in str(raised.value)
     assert QueueState.objects.get(pk="billing").paused
+
+
+@pytest.mark.django_db(transaction=True)
+def test_drain_waits_for_transactions_older_than_its_pause():
+    # A claim in such a transaction may have read the queue before the pause and not committed yet.
+    older = connect_directly(autocommit=False)
+    older.execute("SELECT 1")  # its transaction is open
+    checks: list[DrainProgress] = []
+    drained = threading.Event()
+
+    def drain() -> None:
+        try:
+            drain_queue("idle", timeout=60, poll=0.02, on_progress=checks.append)
+            drained.set()
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=drain)
+    thread.start()
+    try:
+        wait_for(lambda: len(checks) >= 3, what="the drain to check a few times")
+        assert not drained.is_set()
+        assert checks[-1].running == [] and checks[-1].waiting_transactions >= 1
+    finally:
+        older.commit()
+        older.close()
+    assert drained.wait(30)
+    thread.join(30)
+    assert checks[-1].drained
 
 
 @pytest.mark.django_db(transaction=True)

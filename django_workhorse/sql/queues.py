@@ -35,13 +35,14 @@ WHERE queue = %(queue)s AND NOT EXISTS (SELECT 1 FROM written)
 QUEUE_STATE = f"SELECT false, {QUEUE_COLUMNS} FROM workhorse_queue WHERE queue = %(queue)s"
 
 # drain_check: the ids of the queue's running jobs (workhorse_job_lease_idx covers running jobs),
-# and how many transactions of other sessions began before %(since)s and are still open: a claim
-# among them may have read the queue before the pause committed, and has not committed yet.
+# and how many transactions of other client sessions began before %(since)s and are still open: a
+# claim among them may have read the queue before the pause committed, and not committed yet.
 DRAIN_CHECK = """
 SELECT coalesce((SELECT array_agg(id ORDER BY id) FROM workhorse_job
                  WHERE status = 'running' AND queue = %(queue)s), '{}'::bigint[]),
        (SELECT count(*) FROM pg_stat_activity
-        WHERE datname = current_database() AND pid <> pg_backend_pid() AND xact_start < %(since)s)::int
+        WHERE datname = current_database() AND backend_type = 'client backend' AND pid <> pg_backend_pid()
+          AND xact_start < %(since)s)::int
 """
 
 
