@@ -8,6 +8,7 @@ resume's NOTIFY, and ``manage.py workhorse_queue`` (drain run as a real subproce
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -369,12 +370,15 @@ def test_the_command_refuses_bad_requests(arguments, message):
     assert not QueueState.objects.exists()
 
 
+def command_environment() -> dict[str, str]:
+    return {**os.environ, "DATABASE_URL": subprocess_database_url(), "DJANGO_SETTINGS_MODULE": "tests.settings"}
+
+
 def run_command(*arguments: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    env = {"DATABASE_URL": subprocess_database_url(), "DJANGO_SETTINGS_MODULE": "tests.settings", "PATH": "/usr/bin"}
     return subprocess.run(
         [sys.executable, "manage.py", "workhorse_queue", *arguments],
         cwd=ROOT,
-        env={**__import__("os").environ, **env},
+        env=command_environment(),
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -389,11 +393,7 @@ def test_drain_command_exits_0_once_the_running_job_ended(gate):
         process = subprocess.Popen(
             [sys.executable, "manage.py", "workhorse_queue", "drain", "billing", "--poll", "0.05", "--timeout", "60"],
             cwd=ROOT,
-            env={
-                **__import__("os").environ,
-                "DATABASE_URL": subprocess_database_url(),
-                "DJANGO_SETTINGS_MODULE": "tests.settings",
-            },
+            env=command_environment(),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
