@@ -9,6 +9,7 @@ from django_workhorse.exceptions import (
     AttemptTimeoutError,
     CheckpointNotStorableError,
     DjangoTaskNotFoundError,
+    DrainTimeoutError,
     EffectAlreadyDoneError,
     EffectInFlightError,
     EffectValidationError,
@@ -62,6 +63,7 @@ if TYPE_CHECKING:
     )
     from django_workhorse.operations.actions import cancel, purge, redrive
     from django_workhorse.operations.maintenance import prune_expired_bindings, prune_expired_effects
+    from django_workhorse.operations.queues import drain_queue, pause_queue, paused_queues, resume_queue
     from django_workhorse.schedules.actions import pause_schedules, resume_schedules, run_schedule_now
     from django_workhorse.schedules.evaluation import enqueue_due_schedules
     from django_workhorse.tasks.decorator import Task, task
@@ -92,6 +94,10 @@ _LAZY = {
     "run_schedule_now": "django_workhorse.schedules.actions",
     "cancel": "django_workhorse.operations.actions",
     "redrive": "django_workhorse.operations.actions",
+    "pause_queue": "django_workhorse.operations.queues",
+    "resume_queue": "django_workhorse.operations.queues",
+    "paused_queues": "django_workhorse.operations.queues",
+    "drain_queue": "django_workhorse.operations.queues",
     "task": "django_workhorse.tasks.decorator",
     "Task": "django_workhorse.tasks.decorator",
     "HandlerContext": "django_workhorse.worker",
@@ -115,6 +121,7 @@ __all__ = [
     "CheckpointNotStorableError",
     "Debounce",
     "DjangoTaskNotFoundError",
+    "DrainTimeoutError",
     "EffectAlreadyDoneError",
     "EffectInFlightError",
     "EffectValidationError",
@@ -160,18 +167,22 @@ __all__ = [
     "aenqueue_many",
     "aenqueue_with_result",
     "cancel",
+    "drain_queue",
     "enqueue",
     "enqueue_due_schedules",
     "enqueue_many",
     "enqueue_with_result",
     "once",
     "once_block",
+    "pause_queue",
     "pause_schedules",
+    "paused_queues",
     "prune_expired_bindings",
     "prune_expired_effects",
     "purge",
     "redrive",
     "register",
+    "resume_queue",
     "resume_schedules",
     "retry_after",
     "run_schedule_now",

@@ -251,3 +251,24 @@ class IdempotencyKeyError(WorkhorseError, ValueError):
     def __init__(self, reason: str) -> None:
         self.reason = reason
         super().__init__(reason)
+
+
+class DrainTimeoutError(WorkhorseError, TimeoutError):
+    """A drained queue still had running jobs when the timeout ran out; the queue stays paused.
+
+    ``queue`` names the queue, ``timeout`` the seconds waited, ``running`` the ids of its jobs still
+    running at the last check (``waiting_transactions`` counts the transactions older than the pause
+    it was still waiting for).
+    """
+
+    def __init__(self, *, queue: str, timeout: float, running: Sequence[int], waiting_transactions: int = 0) -> None:
+        self.queue = queue
+        self.timeout = timeout
+        self.running = tuple(running)
+        self.waiting_transactions = waiting_transactions
+        jobs = ", ".join(map(str, self.running[:20])) + (" …" if len(self.running) > 20 else "")
+        what = f"{len(self.running)} job(s) still running ({jobs})" if self.running else "no job running"
+        older = (
+            f", {waiting_transactions} transaction(s) older than the pause still open" if waiting_transactions else ""
+        )
+        super().__init__(f"queue {queue!r} did not drain within {timeout:g} s: {what}{older}; it stays paused")

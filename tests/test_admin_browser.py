@@ -420,6 +420,7 @@ LAYOUT_PAGES = (
     ("admin-workers.png", "/admin/workhorse/workerrecord/"),
     ("admin-schedules.png", "/admin/workhorse/schedulestate/"),
     ("admin-dashboard.png", "/admin/workhorse/job/dashboard/"),
+    (None, "/admin/workhorse/queuestate/"),
     (None, "/admin/workhorse/job/{failing}/change/"),
     (None, "/admin/workhorse/schedulestate/{schedule}/change/"),
     (None, "/admin/"),

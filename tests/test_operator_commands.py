@@ -188,7 +188,10 @@ def test_status_json_matches_the_database(busy_queues):
     out, _ = run("workhorse_status", "--json")
 
     report = json.loads(out)
-    assert set(report) == {"warnings", "queues", "throughput", "workers", "schedules", "schedules_left_out", "scopes"}
+    assert set(report) == {
+        "warnings", "queues", "paused_queues", "throughput", "workers", "schedules", "schedules_left_out", "scopes",
+    }  # fmt: skip
+    assert report["paused_queues"] == []
     # w1 takes mail but its heartbeat is stale; the factory's job type has no handler.
     assert report["warnings"] == [
         {

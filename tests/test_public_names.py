@@ -17,6 +17,7 @@ PUBLIC = {
     "AttemptTimeoutError": "django_workhorse.exceptions",
     "CheckpointNotStorableError": "django_workhorse.exceptions",
     "DjangoTaskNotFoundError": "django_workhorse.exceptions",
+    "DrainTimeoutError": "django_workhorse.exceptions",
     "EffectAlreadyDoneError": "django_workhorse.exceptions",
     "EffectInFlightError": "django_workhorse.exceptions",
     "EffectValidationError": "django_workhorse.exceptions",
@@ -86,6 +87,11 @@ PUBLIC = {
     "redrive": "django_workhorse.operations.actions",
     "prune_expired_bindings": "django_workhorse.operations.maintenance",
     "prune_expired_effects": "django_workhorse.operations.maintenance",
+    # Queue control
+    "pause_queue": "django_workhorse.operations.queues",
+    "resume_queue": "django_workhorse.operations.queues",
+    "paused_queues": "django_workhorse.operations.queues",
+    "drain_queue": "django_workhorse.operations.queues",
 }
 
 

@@ -1,5 +1,5 @@
-"""The operator's Django admin: jobs, dead letters, idempotency bindings, the effect ledger, workers, schedules
-and a dashboard.
+"""The operator's Django admin: jobs, dead letters, idempotency bindings, the effect ledger, workers, schedules,
+queues and a dashboard.
 
 Everything is read-only by hand. Changing actions (cancel, run now, redrive, purge, release) each
 need their own permission, are checked server-side, and record the acting user in the job's events
@@ -12,7 +12,7 @@ One module per subject:
 - ``display``: how stored values show (JSON, error summaries, event details, job links);
 - ``confirmation``: the one preview page of the actions that ask for confirmation, and its request id;
 - ``jobs``, ``dead_letters``, ``bindings``, ``ledger``, ``workers``, ``schedules``: one admin each, with its filters
-  and actions;
+  and actions; ``queues``: the Queues page (pause and resume);
 - ``dashboard``: the dashboard page and the layout of its throughput chart; ``dashboard_entry`` its
   entry in the admin index and side bar.
 
@@ -29,6 +29,7 @@ from django_workhorse.models import (
     EffectRecord,
     IdempotencyBinding,
     Job,
+    QueueState,
     ScheduleState,
     WorkerRecord,
 )
@@ -39,6 +40,7 @@ from .dead_letters import DeadJobAdmin
 from .display import JSON_DISPLAY_CHARS
 from .jobs import JobAdmin
 from .ledger import LedgerAdmin
+from .queues import QueueAdmin
 from .schedules import ScheduleAdmin
 from .workers import WorkerAdmin
 
@@ -50,6 +52,7 @@ __all__ = [
     "FindKeyForm",
     "JobAdmin",
     "LedgerAdmin",
+    "QueueAdmin",
     "ScheduleAdmin",
     "WorkerAdmin",
 ]
@@ -61,3 +64,4 @@ admin.site.register(IdempotencyBinding, BindingAdmin)
 admin.site.register(EffectRecord, LedgerAdmin)
 admin.site.register(WorkerRecord, WorkerAdmin)
 admin.site.register(ScheduleState, ScheduleAdmin)
+admin.site.register(QueueState, QueueAdmin)

@@ -1,4 +1,4 @@
-"""The dashboard page: queue depths, failing jobs, throughput over the last hour, recent failures,
+"""The dashboard page: queue depths (paused queues marked), failing jobs, throughput over the last hour, recent failures,
 workers (alive or stale), next ticks, and per scope the live bindings and what the keys saved."""
 
 from __future__ import annotations
@@ -33,6 +33,8 @@ def dashboard_view(model_admin: admin.ModelAdmin, request: HttpRequest) -> HttpR
     if not model_admin.has_view_permission(request):
         raise PermissionDenied
     now = timezone.now()
+    depths = stats.queue_depths(now=now)
+    paused = {queue.queue: queue for queue in stats.paused_queue_counts()}
     throughput = stats.throughput(now=now)
     failing = failing_by_queue()
     context = {
@@ -40,7 +42,9 @@ def dashboard_view(model_admin: admin.ModelAdmin, request: HttpRequest) -> HttpR
         "title": "Workhorse dashboard",
         "opts": model_admin.model._meta,
         "now": now,
-        "depths": stats.queue_depths(now=now),
+        "depths": depths,
+        "queue_rows": [(depth, paused.get(depth.queue)) for depth in depths],
+        "paused": list(paused.values()),
         "throughput": throughput,
         "chart": throughput_chart(throughput),
         "failures": [(job, error_summary(error_head(job))) for job in stats.recent_failures()],

@@ -21,7 +21,16 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from django_workhorse.exceptions import WorkhorseError
-from django_workhorse.models import Checkpoint, EventKind, IdempotencyBinding, Job, JobEvent, JobStatus, Redrive
+from django_workhorse.models import (
+    Checkpoint,
+    EventKind,
+    IdempotencyBinding,
+    Job,
+    JobEvent,
+    JobStatus,
+    QueueState,
+    Redrive,
+)
 from django_workhorse.operations import stats
 from django_workhorse.operations.actions import cancel, purge, purgeable, redrive, run_now
 
@@ -318,6 +327,8 @@ class JobAdmin(ReadOnlyAdmin):
                 redriven_to=list(Redrive.objects.filter(source=job).order_by("id")),
                 binding=binding,
                 binding_live=binding is not None and IdempotencyBinding.objects.live().filter(pk=binding.pk).exists(),
+                # A pause touches no job, so it is no event of the timeline: its header says it.
+                queue_paused=QueueState.objects.filter(pk=job.queue, paused=True).first(),
             )
         return super().change_view(request, object_id, form_url, context)
 

@@ -92,7 +92,7 @@ def check_options(options: EnqueueOptions) -> CheckedOptions:
     Options are immutable, so a batch checks each distinct ``EnqueueOptions`` object once.
     Raise ``EnqueueValidationError`` naming the field and its bound if anything is out of bounds.
     """
-    check_text(options.queue, "queue", max_chars=conf.MAX_QUEUE_CHARS, error=EnqueueValidationError)
+    check_queue(options.queue, error=EnqueueValidationError)
     _integer(options.priority, "priority", conf.MIN_PRIORITY, conf.MAX_PRIORITY)
     _integer(options.max_attempts, "max_attempts", conf.MIN_ATTEMPTS, conf.MAX_ATTEMPTS)
     run_at = _aware(options.run_at, "run_at")
@@ -115,6 +115,14 @@ def check_options(options: EnqueueOptions) -> CheckedOptions:
         if options.concurrency_key is None:
             raise EnqueueValidationError(field="concurrency_limit", bound="given only with a concurrency_key")
     return CheckedOptions(tags=_tags(options.tags), retry_policy_json=_retry_policy_json(options.retry_policy))
+
+
+def check_queue(value: Any, field: str = "queue", *, error: BoundError = EnqueueValidationError) -> str:
+    """Check a queue name: storable text of 1..``MAX_QUEUE_CHARS`` characters; return it.
+
+    The one rule for queue names, wherever one is given (enqueue, queue control, purge).
+    """
+    return check_text(value, field, max_chars=conf.MAX_QUEUE_CHARS, error=error)
 
 
 def _concurrency_limit(options: EnqueueOptions) -> int | None:

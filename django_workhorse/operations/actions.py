@@ -20,6 +20,7 @@ from django.db.models import QuerySet
 from django_workhorse import conf, sql
 from django_workhorse.conf import app_settings
 from django_workhorse.enqueueing.storable import check_id, check_ids, check_text
+from django_workhorse.enqueueing.validation import check_queue
 from django_workhorse.exceptions import InvalidArgumentError, JobDoesNotExist, JobNotDeadError, RedriveConflictError
 from django_workhorse.models import EffectRecord, IdempotencyBinding, Job, JobStatus, Redrive
 from django_workhorse.observability import instruments
@@ -212,7 +213,7 @@ def _check_purge(queue: Any, job_ids: Any) -> tuple[str | None, list[int] | None
     if queue is None and job_ids is None:
         raise InvalidArgumentError(field="queue, job_ids", bound="given (at least one of them)")
     if queue is not None:
-        check_text(queue, "queue", max_chars=conf.MAX_QUEUE_CHARS)
+        check_queue(queue, error=InvalidArgumentError)
     return queue, None if job_ids is None else check_ids(job_ids, "job_ids")
 
 

@@ -1,5 +1,5 @@
-"""What the operator sees: queue depths, throughput, recent failures, failing jobs, workers, live
-bindings by scope, and what no worker will run (ORM queries only).
+"""What the operator sees: queue depths, paused queues, throughput, recent failures, failing jobs,
+workers, live bindings by scope, and what no worker will run (ORM queries only).
 
 Shared by the admin dashboard and ``manage.py workhorse_status``, so both show the same numbers.
 """
@@ -16,7 +16,7 @@ from django.db.models.functions import Left, TruncMinute
 from django.utils import timezone
 
 from django_workhorse.conf import app_settings
-from django_workhorse.models import IdempotencyBinding, Job, JobStatus, WorkerRecord
+from django_workhorse.models import IdempotencyBinding, Job, JobStatus, QueueState, WorkerRecord
 from django_workhorse.tasks.registry import get_handler, registered
 
 THROUGHPUT_MINUTES = 60
@@ -187,6 +187,38 @@ def failing_jobs_by_queue(*, using: str | None = None) -> dict[str, int]:
 
 
 @dataclass(frozen=True)
+class PausedQueue:
+    """A paused queue: since when, by whom, and how many of its jobs wait (queued, due or not)."""
+
+    queue: str
+    since: datetime
+    by: str
+    queued: int
+
+    def as_json(self) -> dict[str, object]:
+        """Return a JSON-ready dict (the instant in ISO 8601)."""
+        return {"queue": self.queue, "since": self.since.isoformat(), "by": self.by, "queued": self.queued}
+
+
+def paused_queue_counts(*, using: str | None = None) -> list[PausedQueue]:
+    """Return the paused queues by name, each with its queued jobs (read through the ready index)."""
+    alias = using or router.db_for_read(QueueState)
+    states = list(QueueState.objects.using(alias).filter(paused=True).order_by("queue"))
+    if not states:
+        return []
+    names = [state.queue for state in states]
+    rows = _jobs(alias).filter(status=JobStatus.QUEUED, queue__in=names).order_by().values("queue")
+    queued = {row["queue"]: row["jobs"] for row in rows.annotate(jobs=Count("id"))}
+    return [PausedQueue(s.queue, s.changed_at, s.changed_by, queued.get(s.queue, 0)) for s in states]
+
+
+def queue_pauses(*, using: str | None = None) -> list[tuple[str, bool]]:
+    """Return every queue with a ``QueueState`` row and whether it is paused, by name (one query)."""
+    rows = QueueState.objects.using(using or router.db_for_read(QueueState)).order_by("queue")
+    return list(rows.values_list("queue", "paused"))
+
+
+@dataclass(frozen=True)
 class NamedCounts:
     """The names a warning lists, each with how many jobs it concerns, and how many more it left out."""
 
@@ -273,10 +305,15 @@ class StatusWarning:
         return {"kind": self.kind, "message": self.message, **self.names.as_json()}
 
 
-def status_warnings(*, using: str | None = None, now: datetime | None = None) -> list[StatusWarning]:
+def status_warnings(
+    *, using: str | None = None, now: datetime | None = None, paused: list[PausedQueue] | None = None
+) -> list[StatusWarning]:
     """Return the warnings that apply now (none when all is well): ready jobs in queues no live
-    worker takes (``unserved_queues``), and queued jobs of types no handler of this process knows
-    (``unknown_job_types``; import the apps' ``tasks`` modules first, as the worker does)."""
+    worker takes (``unserved_queues``), queued jobs of types no handler of this process knows
+    (``unknown_job_types``; import the apps' ``tasks`` modules first, as the worker does), and
+    queued jobs in paused queues (``paused``: ``paused_queue_counts()``, read here unless given)."""
+    paused = paused_queue_counts(using=using) if paused is None else paused
+    waiting = sorted(((p.queue, p.queued) for p in paused if p.queued), key=lambda item: (-item[1], item[0]))
     found = [
         StatusWarning(
             "queue_without_worker",
@@ -289,6 +326,12 @@ def status_warnings(*, using: str | None = None, now: datetime | None = None) ->
             "Queued jobs of types no handler in this process knows",
             "queued",
             unknown_job_types(using=using),
+        ),
+        StatusWarning(
+            "paused_queue_with_jobs",
+            "Queued jobs in paused queues (no worker claims them until the queue is resumed)",
+            "queued",
+            NamedCounts(waiting[:MAX_WARNING_NAMES], max(len(waiting) - MAX_WARNING_NAMES, 0)),
         ),
     ]
     return [warning for warning in found if warning.names]

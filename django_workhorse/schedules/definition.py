@@ -33,6 +33,7 @@ from cronsim import CronSim, CronSimError
 
 from django_workhorse import conf
 from django_workhorse.enqueueing.storable import check_datetime, check_text
+from django_workhorse.enqueueing.validation import check_queue
 from django_workhorse.exceptions import ScheduleDefinitionError
 
 CatchUp = Literal["latest", "all", "skip"]
@@ -131,7 +132,7 @@ def _check_definition(schedule: Schedule) -> None:
     if not isinstance(kwargs, Mapping) or not all(isinstance(k, str) for k in kwargs):
         raise _fail("kwargs", "a mapping with string keys")
     if schedule.queue is not None:
-        check_text(schedule.queue, "queue", max_chars=conf.MAX_QUEUE_CHARS, error=ScheduleDefinitionError)
+        check_queue(schedule.queue, error=ScheduleDefinitionError)
     priority: object = schedule.priority
     if priority is not None and (
         not isinstance(priority, int)

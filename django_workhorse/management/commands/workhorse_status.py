@@ -1,5 +1,5 @@
-"""``manage.py workhorse_status``: warnings (work no worker will run), queue depths, throughput,
-workers, schedules and idempotency keys by scope, as tables or JSON.
+"""``manage.py workhorse_status``: warnings (work no worker will run), queue depths, paused queues,
+throughput, workers, schedules and idempotency keys by scope, as tables or JSON.
 
 Names come from code, settings and the database (queues, job types, scopes, schedules, workers' hosts): every
 table cell goes through ``printable``, so a name cannot move the cursor or recolour the terminal.
@@ -26,12 +26,14 @@ from django_workhorse.observability.keyed_rates import ScopeDedup, ScopeRate
 from django_workhorse.observability.log_fields import printable
 from django_workhorse.observability.metrics import multiprocess_dir
 from django_workhorse.operations.stats import (
+    PausedQueue,
     QueueDepth,
     StatusWarning,
     Throughput,
     WorkerStatus,
     failing_jobs_by_queue,
     live_bindings,
+    paused_queue_counts,
     queue_depths,
     status_warnings,
     throughput,
@@ -99,8 +101,9 @@ def worker_json(worker: WorkerStatus, now: datetime) -> dict[str, object]:
 
 class Command(BaseCommand):
     help = (
-        "Show warnings (ready jobs no live worker takes, job types no handler knows), queue depths with the "
-        "failing jobs (waiting for a retry) and the oldest ready job's age, throughput over the last hour, "
+        "Show warnings (ready jobs no live worker takes, job types no handler knows, queued jobs in paused "
+        "queues), queue depths with the failing jobs (waiting for a retry) and the oldest ready job's age, the "
+        "paused queues, throughput over the last hour, "
         "the workers, the schedules and, per idempotency scope, the live bindings and what the keys saved."
     )
 
@@ -128,7 +131,8 @@ class Command(BaseCommand):
         # Handlers register on import: load every installed app's tasks module, as the worker does,
         # to know which job types have one.
         autodiscover_modules("tasks")
-        warnings = status_warnings(using=database, now=now)
+        paused = paused_queue_counts(using=database)
+        warnings = status_warnings(using=database, now=now, paused=paused)
         depths = queue_depths(using=database, now=now)
         failing = failing_jobs_by_queue(using=database)
         finished = throughput(using=database, now=now)
@@ -142,12 +146,15 @@ class Command(BaseCommand):
             rates = None if second is None else keyed_rates.between(first, second)
         scopes = keyed_rates.by_scope(live_bindings(using=database, now=now), rates)
         if as_json:
-            self._write_json(warnings, depths, failing, finished, registered, schedules, left_out, scopes, now)
+            self._write_json(warnings, depths, paused, failing, finished, registered, schedules, left_out, scopes, now)
             return
         self._write_warnings(warnings)
         self.stdout.write("")
         self._write_queues(depths, failing, database)
         self.stdout.write("")
+        if paused:
+            self._write_paused(paused)
+            self.stdout.write("")
         self._write_throughput(finished)
         self.stdout.write("")
         self._write_workers(registered, now)
@@ -160,6 +167,7 @@ class Command(BaseCommand):
         self,
         warnings: list[StatusWarning],
         depths: list[QueueDepth],
+        paused: list[PausedQueue],
         failing: dict[str, int],
         finished: Throughput,
         registered: list[WorkerStatus],
@@ -171,6 +179,7 @@ class Command(BaseCommand):
         report = {
             "warnings": [warning.as_json() for warning in warnings],
             "queues": [{**depth.as_json(), "failing": failing.get(depth.queue, 0)} for depth in depths],
+            "paused_queues": [queue.as_json() for queue in paused],
             "throughput": {
                 "minutes": len(finished.minutes),
                 "succeeded": sum(finished.succeeded),
@@ -203,6 +212,12 @@ class Command(BaseCommand):
         ]
         headers = ["queue", "ready", "scheduled", "failing", "running", "dead", "oldest ready"]
         for line in format_table(headers, rows, right=range(1, 7)):
+            self.stdout.write(line)
+
+    def _write_paused(self, paused: list[PausedQueue]) -> None:
+        self.stdout.write("Paused queues (times in UTC)")
+        rows = [[p.queue, utc_time(p.since), p.by or "-", p.queued] for p in paused]
+        for line in format_table(["queue", "paused since", "by", "queued"], rows, right=[3]):
             self.stdout.write(line)
 
     def _write_throughput(self, finished: Throughput) -> None:

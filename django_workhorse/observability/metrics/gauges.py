@@ -1,5 +1,5 @@
 """Gauges read from PostgreSQL when the metrics are scraped: queue depths, the oldest ready job's
-age, live workers. The numbers are ``stats.queue_depths()``'s (those of the dashboard and
+age, live workers, paused queues. The numbers are ``stats.queue_depths()``'s (those of the dashboard and
 ``workhorse_status``), read at most once per ``ttl`` seconds, so scrapes from several Prometheus
 servers cost one set of queries.
 """
@@ -73,4 +73,11 @@ def _read() -> list[Metric]:
         "workhorse_workers_alive", "Registered workers whose heartbeat is within WORKHORSE_WORKER_STALE_AFTER."
     )
     workers.add_metric([], stats.live_worker_count(now=now))
-    return [jobs, oldest, workers]
+    paused = GaugeMetricFamily(
+        "workhorse_queue_paused",
+        "1 for a paused queue, 0 for one resumed (queues never paused or resumed are not listed).",
+        labels=["queue"],
+    )
+    for queue, is_paused in stats.queue_pauses():
+        paused.add_metric([queue], 1 if is_paused else 0)
+    return [jobs, oldest, workers, paused]
