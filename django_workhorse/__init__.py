@@ -5,8 +5,10 @@ from __future__ import annotations
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
+from django_workhorse.admission.breakers import Breaker
 from django_workhorse.exceptions import (
     AttemptTimeoutError,
+    BreakerValidationError,
     CheckpointNotStorableError,
     DjangoTaskNotFoundError,
     EffectAlreadyDoneError,
@@ -107,6 +109,8 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "AttemptTimeoutError",
+    "Breaker",
+    "BreakerValidationError",
     "CheckpointNotStorableError",
     "Debounce",
     "DjangoTaskNotFoundError",

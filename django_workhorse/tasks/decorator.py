@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any, Generic, ParamSpec, TypeVar
 
 from django_workhorse import conf
+from django_workhorse.admission.breakers import Breaker
 from django_workhorse.enqueueing.call_keys import call_key, checked_derived_key
 from django_workhorse.enqueueing.fingerprints import derived_key
 from django_workhorse.enqueueing.validation import MODE_OPTIONS, resolve_options
-from django_workhorse.exceptions import ScheduleDefinitionError
+from django_workhorse.exceptions import BreakerValidationError, ScheduleDefinitionError
 from django_workhorse.schedules.definition import Schedule
 from django_workhorse.tasks import registry
 from django_workhorse.tasks.registry import Handler, add_handler
@@ -33,13 +35,30 @@ class Task(Generic[P, R]):
     """A registered function and its default enqueue options."""
 
     def __init__(
-        self, func: Callable[..., R], *, name: str, defaults: EnqueueOptions, idempotent: bool = False
+        self,
+        func: Callable[..., R],
+        *,
+        name: str,
+        defaults: EnqueueOptions,
+        idempotent: bool = False,
+        breaker: Breaker | None = None,
     ) -> None:
         self.func = func
         self.name = name
-        self.defaults = defaults
+        # A task with a breaker keys it by its job type unless a call names another breaker_key.
+        self.defaults = defaults if breaker is None else replace(defaults, breaker_key=name)
         self.idempotent = idempotent
-        add_handler(Handler(name, func, takes_context=declares_context(func), spreads_payload=True, defaults=defaults))
+        self.breaker = breaker
+        add_handler(
+            Handler(
+                name,
+                func,
+                takes_context=declares_context(func),
+                spreads_payload=True,
+                defaults=self.defaults,
+                breaker=breaker,
+            )
+        )
         _tasks[name] = self
 
     def __repr__(self) -> str:
@@ -125,6 +144,7 @@ def task(
     idempotent: bool = False,
     schedule: Schedule | None = None,
     schedules: Sequence[Schedule] = (),
+    breaker: Breaker | None = None,
 ) -> Any:
     """Turn a function into a :class:`Task` (usable as ``@task`` or ``@task(queue=...)``).
 
@@ -135,7 +155,12 @@ def task(
 
     ``schedule=Schedule(...)`` runs the task periodically (named after the task); ``schedules=[...]``
     declares several (named ``<task>[0]``, ``<task>[1]``… unless a ``Schedule`` has a ``name``).
+
+    ``breaker=Breaker(...)`` runs the task's jobs behind a circuit breaker keyed by the job type,
+    or by the ``breaker_key`` a call passes (a destination); see docs/circuit-breakers.md.
     """
+    if breaker is not None and not isinstance(breaker, Breaker):
+        raise BreakerValidationError(field="breaker", bound="a Breaker value", value=type(breaker).__name__)
     if schedule is not None and schedules:
         raise ScheduleDefinitionError(field="schedules", bound="schedule= or schedules=, not both")
     declared = [schedule] if schedule is not None else list(schedules)
@@ -148,7 +173,11 @@ def task(
 
     def decorate(fn: Callable[..., Any]) -> Task[Any, Any]:
         made: Task[Any, Any] = Task(
-            fn, name=name or f"{fn.__module__}.{fn.__qualname__}", defaults=defaults, idempotent=idempotent
+            fn,
+            name=name or f"{fn.__module__}.{fn.__qualname__}",
+            defaults=defaults,
+            idempotent=idempotent,
+            breaker=breaker,
         )
         if declared:
             registry.add_task_schedules(made.name, declared, indexed=schedule is None)

@@ -12,6 +12,7 @@ from django_workhorse.exceptions import HandlerNotRegisteredError
 from django_workhorse.tasks.signatures import declares_context, unbind
 
 if TYPE_CHECKING:
+    from django_workhorse.admission.breakers import Breaker
     from django_workhorse.schedules.definition import Schedule
     from django_workhorse.types import EnqueueOptions
 
@@ -39,6 +40,8 @@ class Handler:
     spreads_payload: bool
     # A @task's enqueue options, which every enqueue of its job type starts from (decision 0020).
     defaults: EnqueueOptions | None = None
+    # A @task's circuit breaker: the policy of its job type's breaker, and of its per-call keys.
+    breaker: Breaker | None = None
 
     def call(self, payload: Any, context: Any) -> Any:
         """Call the handler with ``payload`` (and ``context`` if it declares one)."""
