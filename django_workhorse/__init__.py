@@ -59,6 +59,7 @@ if TYPE_CHECKING:
         enqueue_with_result,
     )
     from django_workhorse.operations.actions import cancel, purge, redrive
+    from django_workhorse.operations.breakers import breaker_states, reset_breaker
     from django_workhorse.operations.maintenance import prune_expired_bindings, prune_expired_effects
     from django_workhorse.schedules.actions import pause_schedules, resume_schedules, run_schedule_now
     from django_workhorse.schedules.evaluation import enqueue_due_schedules
@@ -90,6 +91,8 @@ _LAZY = {
     "run_schedule_now": "django_workhorse.schedules.actions",
     "cancel": "django_workhorse.operations.actions",
     "redrive": "django_workhorse.operations.actions",
+    "reset_breaker": "django_workhorse.operations.breakers",
+    "breaker_states": "django_workhorse.operations.breakers",
     "task": "django_workhorse.tasks.decorator",
     "Task": "django_workhorse.tasks.decorator",
     "HandlerContext": "django_workhorse.worker",
@@ -153,6 +156,7 @@ __all__ = [
     "aenqueue",
     "aenqueue_many",
     "aenqueue_with_result",
+    "breaker_states",
     "cancel",
     "enqueue",
     "enqueue_due_schedules",
@@ -166,6 +170,7 @@ __all__ = [
     "purge",
     "redrive",
     "register",
+    "reset_breaker",
     "resume_schedules",
     "run_schedule_now",
     "task",

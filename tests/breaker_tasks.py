@@ -27,9 +27,7 @@ TRIP_AFTER = 3
 PROBES = 2
 LATER = RetryPolicy.fixed(timedelta(hours=1))
 PROVIDER_BREAKER = Breaker(failures=TRIP_AFTER, within=timedelta(minutes=1), cooldown=timedelta(seconds=1), probes=1)
-CANARY_BREAKER = Breaker(
-    failures=TRIP_AFTER, within=timedelta(minutes=1), cooldown=timedelta(seconds=1), probes=PROBES
-)
+CANARY_BREAKER = Breaker(failures=TRIP_AFTER, within=timedelta(minutes=1), cooldown=timedelta(seconds=1), probes=PROBES)
 
 
 class Provider:

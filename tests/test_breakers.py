@@ -8,8 +8,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from django.utils import timezone as django_timezone
 
-from django_workhorse import Breaker, BreakerValidationError, EnqueueValidationError, Idempotency, enqueue
-from django_workhorse import conf
+from django_workhorse import Breaker, BreakerValidationError, EnqueueValidationError, Idempotency, conf, enqueue
 from django_workhorse.admission.breakers import DEFAULT_BREAKER, FAILURE, SUCCESS, verdict
 from django_workhorse.models import Breaker as BreakerRow
 from django_workhorse.models import Job, JobEvent, JobStatus
@@ -319,11 +318,11 @@ def test_reset_closes_the_breaker_and_gives_its_held_jobs_back():
     assert row.transitions[-1]["reason"] == "reset by alice"
     assert Job.objects.get(pk=job_id).held_since is None
     assert run_job(job_id) == "succeeded"
-    assert reset_breaker("nothing-here") .previous is None
+    assert reset_breaker("nothing-here").previous is None
     for bad in ["", "a" * (conf.MAX_BREAKER_KEY_BYTES + 1), "a\x00"]:
         with pytest.raises(BreakerValidationError):
             reset_breaker(bad)
 
 
 def test_the_default_policy_is_the_documented_one():
-    assert DEFAULT_BREAKER == Breaker(failures=5, within=timedelta(minutes=1), cooldown=timedelta(seconds=30), probes=1)
+    assert Breaker(failures=5, within=timedelta(minutes=1), cooldown=timedelta(seconds=30), probes=1) == DEFAULT_BREAKER

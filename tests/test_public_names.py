@@ -15,6 +15,7 @@ from tests.processes import subprocess_database_url
 PUBLIC = {
     # Errors (django_workhorse.exceptions)
     "AttemptTimeoutError": "django_workhorse.exceptions",
+    "BreakerValidationError": "django_workhorse.exceptions",
     "CheckpointNotStorableError": "django_workhorse.exceptions",
     "DjangoTaskNotFoundError": "django_workhorse.exceptions",
     "EffectAlreadyDoneError": "django_workhorse.exceptions",
@@ -51,6 +52,7 @@ PUBLIC = {
     "Unique": "django_workhorse.types",
     "RetryPolicy": "django_workhorse.tasks.retry",
     "Schedule": "django_workhorse.schedules.definition",
+    "Breaker": "django_workhorse.admission.breakers",
     # Enqueue
     "enqueue": "django_workhorse.enqueueing.api",
     "enqueue_with_result": "django_workhorse.enqueueing.api",
@@ -78,6 +80,8 @@ PUBLIC = {
     "redrive": "django_workhorse.operations.actions",
     "prune_expired_bindings": "django_workhorse.operations.maintenance",
     "prune_expired_effects": "django_workhorse.operations.maintenance",
+    "reset_breaker": "django_workhorse.operations.breakers",
+    "breaker_states": "django_workhorse.operations.breakers",
 }
 
 

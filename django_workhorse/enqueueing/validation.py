@@ -111,7 +111,9 @@ def check_options(options: EnqueueOptions) -> CheckedOptions:
             error=EnqueueValidationError,
         )
     if options.breaker_key is not None:
-        check_text(options.breaker_key, "breaker_key", max_bytes=conf.MAX_BREAKER_KEY_BYTES, error=EnqueueValidationError)
+        check_text(
+            options.breaker_key, "breaker_key", max_bytes=conf.MAX_BREAKER_KEY_BYTES, error=EnqueueValidationError
+        )
     if options.concurrency_limit is not None:
         _integer(options.concurrency_limit, "concurrency_limit", conf.MIN_CONCURRENCY_LIMIT, conf.MAX_CONCURRENCY_LIMIT)
         if options.concurrency_key is None:

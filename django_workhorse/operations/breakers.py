@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
+from datetime import timezone as dt_timezone
 from typing import Any
 
 from django.db import router
@@ -58,7 +59,7 @@ def effective_state(state: str, open_until: datetime | None, now: datetime) -> s
     """Return what a breaker does now: "closed", "open until <UTC instant>" or "half-open" (an open
     breaker whose cooldown passed admits its canaries at the next claim)."""
     if state == BreakerState.OPEN and open_until is not None and open_until > now:
-        return f"open until {open_until.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC"
+        return f"open until {open_until.astimezone(dt_timezone.utc):%Y-%m-%d %H:%M:%S} UTC"
     if state in (BreakerState.OPEN, BreakerState.HALF_OPEN):
         return HALF_OPEN
     return str(BreakerState.CLOSED)

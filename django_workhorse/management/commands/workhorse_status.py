@@ -1,5 +1,6 @@
-"""``manage.py workhorse_status``: warnings (work no worker will run), queue depths, throughput,
-workers, schedules and idempotency keys by scope, as tables or JSON.
+"""``manage.py workhorse_status``: warnings (work no worker will run, open circuit breakers), queue
+depths, throughput, workers, schedules, circuit breakers and idempotency keys by scope, as tables or
+JSON.
 
 Names come from code, settings and the database (queues, job types, scopes, schedules, workers' hosts): every
 table cell goes through ``printable``, so a name cannot move the cursor or recolour the terminal.
@@ -25,6 +26,7 @@ from django_workhorse.observability import instruments, keyed_rates
 from django_workhorse.observability.keyed_rates import ScopeDedup, ScopeRate
 from django_workhorse.observability.log_fields import printable
 from django_workhorse.observability.metrics import multiprocess_dir
+from django_workhorse.operations.breakers import BreakerStatus, breaker_states
 from django_workhorse.operations.stats import (
     QueueDepth,
     StatusWarning,
@@ -134,6 +136,7 @@ class Command(BaseCommand):
         finished = throughput(using=database, now=now)
         registered = workers(using=database)
         schedules = overview(using=database, now=now)
+        breakers = breaker_states(using=database, now=now)
         left_out = left_out_schedules()
         rates = None
         if first is not None:
@@ -142,7 +145,9 @@ class Command(BaseCommand):
             rates = None if second is None else keyed_rates.between(first, second)
         scopes = keyed_rates.by_scope(live_bindings(using=database, now=now), rates)
         if as_json:
-            self._write_json(warnings, depths, failing, finished, registered, schedules, left_out, scopes, now)
+            self._write_json(
+                warnings, depths, failing, finished, registered, schedules, left_out, scopes, now, breakers
+            )
             return
         self._write_warnings(warnings)
         self.stdout.write("")
@@ -153,6 +158,8 @@ class Command(BaseCommand):
         self._write_workers(registered, now)
         self.stdout.write("")
         self._write_schedules(schedules, left_out)
+        self.stdout.write("")
+        self._write_breakers(breakers)
         self.stdout.write("")
         self._write_scopes(scopes, window, rates)
 
@@ -167,6 +174,7 @@ class Command(BaseCommand):
         left_out: list[ScheduleProblem],
         scopes: list[ScopeDedup],
         now: datetime,
+        breakers: list[BreakerStatus],
     ) -> None:
         report = {
             "warnings": [warning.as_json() for warning in warnings],
@@ -182,8 +190,22 @@ class Command(BaseCommand):
                 {"name": p.name, "check": p.check_id, "origin": p.origin, "problem": p.message} for p in left_out
             ],
             "scopes": [line.as_json() for line in scopes],
+            "breakers": [breaker.as_json() for breaker in breakers],
         }
         self.stdout.write(json.dumps(report, indent=2))
+
+    def _write_breakers(self, breakers: list[BreakerStatus]) -> None:
+        self.stdout.write("Circuit breakers")
+        if not breakers:
+            self.stdout.write("No circuit breaker has tripped or failed.")
+            return
+        rows = [
+            [b.key, b.effective, b.failures_in_window, b.held_jobs, _last_transition(b), utc_time(b.changed_at)]
+            for b in breakers
+        ]
+        headers = ["breaker", "now", "failures in window", "held jobs", "last transition", "changed (UTC)"]
+        for line in format_table(headers, rows, right=[2, 3]):
+            self.stdout.write(line)
 
     def _write_warnings(self, warnings: list[StatusWarning]) -> None:
         self.stdout.write("Warnings")
@@ -281,6 +303,13 @@ class Command(BaseCommand):
         for line in format_table(headers, rows, right=range(1, len(headers))) if rows else [empty]:
             self.stdout.write(line)
         self.stdout.write(footer)
+
+
+def _last_transition(breaker: BreakerStatus) -> str:
+    if not breaker.transitions:
+        return "-"
+    last = breaker.transitions[-1]
+    return f"{last.get('from')} -> {last.get('to')}: {last.get('reason')}"
 
 
 def _rate_window(value: str) -> float:
