@@ -42,24 +42,24 @@ BREAKER_FIELDS = (
 )
 
 
-def _transition_lines(transitions: Any, count: int | None = None) -> SafeString | str:
+def _transition_lines(transitions: Any, count: int | None = None, *, cut_to_cell: bool = False) -> SafeString | str:
+    """The latest transitions, newest first, one a line: "open → half_open at <UTC> (reason)"."""
     entries = transitions if isinstance(transitions, list) else []
     shown = [entry for entry in reversed(entries) if isinstance(entry, dict)][:count]
-    lines = (
-        (
-            f"{entry.get('from')} → {entry.get('to')}",
-            str(entry.get("at", ""))[:19].replace("T", " "),
-            entry.get("reason"),
-        )
+    lines = [
+        f"{entry.get('from')} → {entry.get('to')} at {str(entry.get('at', ''))[:19].replace('T', ' ')} "
+        f"({entry.get('reason')})"
         for entry in shown
-    )
-    return format_html_join(mark_safe("<br>"), "{} at {} ({})", lines) or "—"
+    ]
+    if cut_to_cell:
+        return format_html_join(mark_safe("<br>"), "{}", ((cut(line, width="wide"),) for line in lines)) or "—"
+    return format_html_join(mark_safe("<br>"), "{}", ((line,) for line in lines)) or "—"
 
 
 class BreakerAdmin(ReadOnlyAdmin):
     """Circuit breakers: state, failures in the window, latest transitions, held jobs; reset."""
 
-    list_display = ["breaker", "doing", "failures", "held", "last_transitions"]
+    list_display = ["breaker", "failures", "held", "last_transitions"]
     list_filter = ["state"]
     search_fields = ["key"]
     search_help_text = "A breaker's key (a job type or a destination)."
@@ -82,9 +82,9 @@ class BreakerAdmin(ReadOnlyAdmin):
     def has_reset_permission(self, request: HttpRequest) -> bool:
         return has_permission(request, "reset_breaker")
 
-    @admin.display(description="breaker (state)", ordering="key")
+    @admin.display(description="breaker (now)", ordering="key")
     def breaker(self, obj: Breaker) -> SafeString:
-        return stacked(cut(obj.key, width="wide"), obj.state)
+        return stacked(cut(obj.key, width="wide"), self.doing(obj))
 
     @admin.display(description="what it does now")
     def doing(self, obj: Breaker) -> str:
@@ -92,19 +92,19 @@ class BreakerAdmin(ReadOnlyAdmin):
 
     effective = doing
 
-    @admin.display(description="failures in window")
+    @admin.display(description="failures")
     def failures(self, obj: Breaker) -> str:
         limit = obj.policy.get("failures") if isinstance(obj.policy, dict) else None
         found = failures_in_window(obj, timezone.now())
         return f"{found}/{limit}" if limit is not None else str(found)
 
-    @admin.display(description="held jobs")
+    @admin.display(description="held")
     def held(self, obj: Any) -> int:
         return int(getattr(obj, "held_jobs", 0))
 
     @admin.display(description="latest transitions (UTC)")
     def last_transitions(self, obj: Breaker) -> SafeString | str:
-        return _transition_lines(obj.transitions, LIST_TRANSITIONS)
+        return _transition_lines(obj.transitions, LIST_TRANSITIONS, cut_to_cell=True)
 
     @admin.display(description="transitions, newest first (UTC)")
     def transition_lines(self, obj: Breaker) -> SafeString | str:
