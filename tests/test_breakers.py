@@ -3,6 +3,7 @@ fake provider (a real local HTTP server), with real workers on real PostgreSQL."
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -165,7 +166,10 @@ def _open(key: str, *, until: datetime, policy: Breaker = PROVIDER_BREAKER) -> N
 
 
 @pytest.mark.django_db(transaction=True)
-def test_failures_trip_the_breaker_after_exactly_failures_then_a_canary_failure_doubles_the_cooldown_and_a_success_closes_it():
+def test_failures_trip_the_breaker_after_exactly_failures_then_a_canary_failure_doubles_the_cooldown_and_a_success_closes_it(
+    caplog,
+):
+    caplog.set_level(logging.INFO, logger="django_workhorse.admission")
     key = "tests.breaker.provider"
     with provider() as fake:
         ids = [call_provider.enqueue(fake.url, f"/job-{i}") for i in range(8)]
@@ -213,6 +217,16 @@ def test_failures_trip_the_breaker_after_exactly_failures_then_a_canary_failure_
         for job in Job.objects.filter(pk__in=remaining):
             assert job.attempt == 1 and job.held_since is None
             assert fake.succeeded(job.payload["path"]) == 1
+    logged = [
+        (r.levelno, r.getMessage().split(" from=")[0]) for r in caplog.records if "Circuit breaker" in r.getMessage()
+    ]
+    assert logged == [
+        (logging.WARNING, f"Circuit breaker open key={key}"),
+        (logging.INFO, f"Circuit breaker half_open key={key}"),
+        (logging.WARNING, f"Circuit breaker open key={key}"),
+        (logging.INFO, f"Circuit breaker half_open key={key}"),
+        (logging.INFO, f"Circuit breaker closed key={key}"),
+    ]
 
 
 @pytest.mark.django_db(transaction=True)

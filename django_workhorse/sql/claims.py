@@ -109,7 +109,8 @@ canaries AS (
            OR (breaker.state = 'open' AND breaker.open_until <= clock_timestamp())
            OR (breaker.state = 'half_open' AND (breaker.probes_admitted < breaker.probes
                OR breaker.changed_at <= clock_timestamp() - breaker.cooldown - %(lease)s)))
-    RETURNING breaker.key, breaker.probes_admitted = 1 AND breaker.state = 'half_open' AS half_opened
+    RETURNING breaker.key, gated.state = 'open' AND breaker.state = 'half_open' AND breaker.probes_admitted = 1
+              AS half_opened
 ),
 canary_jobs AS (
     SELECT gated.id, canaries.half_opened FROM gated JOIN canaries ON canaries.key = gated.breaker_key
