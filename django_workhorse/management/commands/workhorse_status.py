@@ -103,7 +103,8 @@ class Command(BaseCommand):
     help = (
         "Show warnings (ready jobs no live worker takes, job types no handler knows), queue depths with the "
         "failing jobs (waiting for a retry) and the oldest ready job's age, throughput over the last hour, "
-        "the workers, the schedules and, per idempotency scope, the live bindings and what the keys saved."
+        "the workers, the schedules, the circuit breakers and, per idempotency scope, the live bindings and what "
+        "the keys saved."
     )
 
     def check(self, *args: Any, **kwargs: Any) -> None:
