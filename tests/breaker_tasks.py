@@ -126,3 +126,10 @@ def quota_exhausted(ctx: HandlerContext, until: str) -> str:
     """Open the breaker until the quota resets, then fail the attempt."""
     ctx.open_breaker(until=datetime.fromisoformat(until))
     raise RuntimeError("quota exhausted")
+
+
+@task(name="tests.breaker.bad_quota", breaker=PROVIDER_BREAKER, max_attempts=5, retry_policy=LATER)
+def open_with_a_naive_instant(ctx: HandlerContext) -> str:
+    """Open the breaker with an instant that has no time zone: a readable failure of this job."""
+    ctx.open_breaker(until=datetime(2999, 1, 1))  # noqa: DTZ001 (naive on purpose)
+    return "unreachable"

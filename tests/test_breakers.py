@@ -340,3 +340,14 @@ def test_reset_closes_the_breaker_and_gives_its_held_jobs_back():
 
 def test_the_default_policy_is_the_documented_one():
     assert Breaker(failures=5, within=timedelta(minutes=1), cooldown=timedelta(seconds=30), probes=1) == DEFAULT_BREAKER
+
+
+@pytest.mark.django_db
+def test_a_handler_opening_its_breaker_with_a_bad_instant_fails_its_own_job_readably():
+    job_id = breaker_tasks.open_with_a_naive_instant.enqueue()
+    other = enqueue("tests.record", {})
+    assert run_job(job_id, propagate=False) == "queued"
+    job = Job.objects.get(pk=job_id)
+    assert job.last_error.startswith("BreakerValidationError: until must be an aware datetime")
+    assert _row("tests.breaker.bad_quota") is not None  # a failure behind its breaker, counted
+    assert run_job(other) == "succeeded"
