@@ -165,3 +165,9 @@ def test_closing_skips_a_held_job_a_claim_has_locked_rather_than_wait_for_it():
             cursor.execute("RESET lock_timeout")
     assert Job.objects.get(pk=free).held_since is None
     assert Job.objects.get(pk=locked).held_since is not None
+
+
+@pytest.mark.django_db
+def test_the_opening_transition_says_why():
+    verdicts("k", failures=3)
+    assert BreakerRow.objects.get(key="k").transitions[-1]["reason"] == "3 failures within 60 s"

@@ -93,7 +93,7 @@ decided AS (
            CASE WHEN state = 'half_open' AND succeeded THEN 'a canary succeeded'
                 WHEN state = 'open' AND succeeded THEN 'an attempt succeeded'
                 WHEN state = 'half_open' THEN 'a canary failed'
-                ELSE format('%%s failures within %%s s', policy->>'failures', policy->>'within') END AS reason,
+                ELSE format('%%s failures within %%s s', policy->>'failures', (policy->>'within')::float8) END AS reason,
            CASE WHEN state = 'half_open'
                 THEN least(coalesce(cooldown, {_COOLDOWN}) * 2, make_interval(secs => (policy->>'max_cooldown')::float8))
                 ELSE {_COOLDOWN} END AS next_cooldown
