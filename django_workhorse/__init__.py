@@ -5,8 +5,10 @@ from __future__ import annotations
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
+from django_workhorse.admission.breakers import Breaker
 from django_workhorse.exceptions import (
     AttemptTimeoutError,
+    BreakerValidationError,
     CheckpointNotStorableError,
     DjangoTaskNotFoundError,
     DrainTimeoutError,
@@ -62,6 +64,7 @@ if TYPE_CHECKING:
         enqueue_with_result,
     )
     from django_workhorse.operations.actions import cancel, purge, redrive
+    from django_workhorse.operations.breakers import breaker_states, reset_breaker
     from django_workhorse.operations.maintenance import prune_expired_bindings, prune_expired_effects
     from django_workhorse.operations.queues import drain_queue, pause_queue, paused_queues, resume_queue
     from django_workhorse.schedules.actions import pause_schedules, resume_schedules, run_schedule_now
@@ -98,6 +101,8 @@ _LAZY = {
     "resume_queue": "django_workhorse.operations.queues",
     "paused_queues": "django_workhorse.operations.queues",
     "drain_queue": "django_workhorse.operations.queues",
+    "reset_breaker": "django_workhorse.operations.breakers",
+    "breaker_states": "django_workhorse.operations.breakers",
     "task": "django_workhorse.tasks.decorator",
     "Task": "django_workhorse.tasks.decorator",
     "HandlerContext": "django_workhorse.worker",
@@ -117,6 +122,8 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "AttemptTimeoutError",
+    "Breaker",
+    "BreakerValidationError",
     "Cancel",
     "CheckpointNotStorableError",
     "Debounce",
@@ -166,6 +173,7 @@ __all__ = [
     "aenqueue",
     "aenqueue_many",
     "aenqueue_with_result",
+    "breaker_states",
     "cancel",
     "drain_queue",
     "enqueue",
@@ -182,6 +190,7 @@ __all__ = [
     "purge",
     "redrive",
     "register",
+    "reset_breaker",
     "resume_queue",
     "resume_schedules",
     "retry_after",

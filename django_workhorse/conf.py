@@ -39,6 +39,14 @@ MAX_CONCURRENCY_KEY_BYTES = 256
 MIN_CONCURRENCY_LIMIT, MAX_CONCURRENCY_LIMIT = 1, 1000
 # Circuit breakers: a breaker key names a destination ("smtp:mail.example.com") or a job type.
 MAX_BREAKER_KEY_BYTES = 256
+# A Breaker's bounds: failures kept in its window (a jsonb list on its row), canaries per half-open
+# period (a smallint), and its durations; a cooldown that grows stops at max_cooldown.
+MIN_BREAKER_FAILURES, MAX_BREAKER_FAILURES = 1, 1000
+MIN_BREAKER_PROBES, MAX_BREAKER_PROBES = 1, 100
+MIN_BREAKER_DURATION, MAX_BREAKER_DURATION = timedelta(milliseconds=1), timedelta(days=365)
+DEFAULT_MAX_BREAKER_COOLDOWN = timedelta(minutes=10)
+# The latest state changes a breaker row keeps.
+MAX_BREAKER_TRANSITIONS = 20
 # Snoozes a job may take (WORKHORSE_MAX_SNOOZES) before it is dead.
 DEFAULT_MAX_SNOOZES = 100
 MIN_MAX_SNOOZES, MAX_MAX_SNOOZES = 1, 100_000

@@ -220,6 +220,10 @@ class ScheduleDefinitionError(InvalidArgumentError):
     """A schedule's definition is out of its bounds (``field`` names the value, ``bound`` what it must be)."""
 
 
+class BreakerValidationError(InvalidArgumentError):
+    """A circuit breaker's setting, key or instant is out of its bounds; nothing was written."""
+
+
 class ScheduleNotFoundError(WorkhorseError, LookupError):
     """No schedule of that name can run here: not declared in this process's code, or inactive.
 

@@ -111,6 +111,9 @@ class EnqueueOptions:
     timeout: timedelta | None = None
     concurrency_key: str | None = None
     concurrency_limit: int | None = None
+    # The circuit breaker the job runs behind (a destination); a @task(breaker=...) defaults it to
+    # its job type. Admission, not content: not part of the fingerprint.
+    breaker_key: str | None = None
     idempotency: Idempotency | None = None
     unique: Unique | None = None
     debounce: Debounce | None = None

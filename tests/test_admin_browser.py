@@ -423,6 +423,8 @@ LAYOUT_PAGES = (
     (None, "/admin/workhorse/queuestate/"),
     (None, "/admin/workhorse/job/{failing}/change/"),
     (None, "/admin/workhorse/schedulestate/{schedule}/change/"),
+    (None, "/admin/workhorse/breaker/"),
+    (None, "/admin/workhorse/breaker/{breaker}/change/"),
     (None, "/admin/"),
 )
 # Whatever is wider than the box it sits in: the results table (its box scrolls instead of showing
@@ -453,6 +455,29 @@ def nightly_report(payload: Any) -> Any:
 class Crowd:
     failing: Job  # waiting for its next attempt, after a long error
     schedule: int  # a schedule's id
+
+
+def breaker(now: datetime) -> str:
+    """An open circuit breaker with a long destination key and long transitions; its admin URL's pk."""
+    from django.contrib.admin.utils import quote
+
+    from django_workhorse.models import Breaker
+
+    key = "smtp:" + "outbound-relay." * 14 + "example.com"
+    reason = "5 failures within 60 s"
+    transitions = [{"from": "closed", "to": "open", "at": now.isoformat(), "reason": reason}] * 20
+    Breaker.objects.create(
+        key=key,
+        state="open",
+        opened_at=now,
+        open_until=now + timedelta(minutes=5),
+        cooldown=timedelta(minutes=5),
+        policy={"failures": 5, "within": 60.0, "cooldown": 300.0, "probes": 1, "max_cooldown": 600.0},
+        recent_failures=[now.timestamp()] * 5,
+        transitions=transitions,
+        changed_at=now,
+    )
+    return str(quote(key))
 
 
 def crowd(now: datetime) -> Crowd:
@@ -544,7 +569,7 @@ def test_every_page_fits_1280_pixels_with_the_side_bar_open(live_server, django_
     extra = crowd(now)
     user = django_user_model.objects.create_user(USERNAME, password=PASSWORD, is_staff=True)
     user.user_permissions.add(*Permission.objects.filter(content_type__app_label="workhorse"))
-    ids = {"job": showcase.job.pk, "failing": extra.failing.pk, "schedule": extra.schedule}
+    ids = {"job": showcase.job.pk, "failing": extra.failing.pk, "schedule": extra.schedule, "breaker": breaker(now)}
     shots = tmp_path / "screenshots"
     seen = {}
 

@@ -190,8 +190,10 @@ def test_status_json_matches_the_database(busy_queues):
     report = json.loads(out)
     assert set(report) == {
         "warnings", "queues", "paused_queues", "throughput", "workers", "schedules", "schedules_left_out", "scopes",
+        "breakers",
     }  # fmt: skip
     assert report["paused_queues"] == []
+    assert report["breakers"] == []
     # w1 takes mail but its heartbeat is stale; the factory's job type has no handler.
     assert report["warnings"] == [
         {

@@ -15,6 +15,7 @@ from tests.processes import subprocess_database_url
 PUBLIC = {
     # Errors (django_workhorse.exceptions)
     "AttemptTimeoutError": "django_workhorse.exceptions",
+    "BreakerValidationError": "django_workhorse.exceptions",
     "CheckpointNotStorableError": "django_workhorse.exceptions",
     "DjangoTaskNotFoundError": "django_workhorse.exceptions",
     "DrainTimeoutError": "django_workhorse.exceptions",
@@ -54,6 +55,7 @@ PUBLIC = {
     "Unique": "django_workhorse.types",
     "RetryPolicy": "django_workhorse.tasks.retry",
     "Schedule": "django_workhorse.schedules.definition",
+    "Breaker": "django_workhorse.admission.breakers",
     # Enqueue
     "enqueue": "django_workhorse.enqueueing.api",
     "enqueue_with_result": "django_workhorse.enqueueing.api",
@@ -92,6 +94,8 @@ PUBLIC = {
     "resume_queue": "django_workhorse.operations.queues",
     "paused_queues": "django_workhorse.operations.queues",
     "drain_queue": "django_workhorse.operations.queues",
+    "reset_breaker": "django_workhorse.operations.breakers",
+    "breaker_states": "django_workhorse.operations.breakers",
 }
 
 

@@ -463,3 +463,13 @@ def snooze_times(ctx: HandlerContext, payload: dict[str, Any]) -> dict[str, int]
     if snoozes < payload["snoozes"]:
         raise Snooze(timedelta(milliseconds=payload.get("ms", 1)))
     return {"attempt": ctx.attempt, "snoozes": snoozes, "pid": os.getpid()}
+
+
+@register("tests.outcome.snooze_breaker")
+def snooze_with_breaker(payload: dict[str, Any]) -> Any:
+    """Snooze and open the job's breaker, for a job that runs behind none: a failure of this job."""
+    from datetime import timedelta
+
+    from django_workhorse.outcomes.values import Snooze
+
+    raise Snooze(timedelta(minutes=5), breaker=True)

@@ -11,8 +11,8 @@ One module per subject:
   who acts and may act;
 - ``display``: how stored values show (JSON, error summaries, event details, job links);
 - ``confirmation``: the one preview page of the actions that ask for confirmation, and its request id;
-- ``jobs``, ``dead_letters``, ``bindings``, ``ledger``, ``workers``, ``schedules``: one admin each, with its filters
-  and actions; ``queues``: the Queues page (pause and resume);
+- ``jobs``, ``dead_letters``, ``bindings``, ``ledger``, ``workers``, ``schedules``, ``breakers``: one admin each,
+  with its filters and actions; ``queues``: the Queues page (pause and resume);
 - ``dashboard``: the dashboard page and the layout of its throughput chart; ``dashboard_entry`` its
   entry in the admin index and side bar.
 
@@ -24,6 +24,7 @@ from __future__ import annotations
 from django.contrib import admin
 
 from django_workhorse.models import (
+    Breaker,
     Dashboard,
     DeadJob,
     EffectRecord,
@@ -35,6 +36,7 @@ from django_workhorse.models import (
 )
 
 from .bindings import BindingAdmin, FindKeyForm
+from .breakers import BreakerAdmin
 from .dashboard_entry import DashboardEntryAdmin
 from .dead_letters import DeadJobAdmin
 from .display import JSON_DISPLAY_CHARS
@@ -47,6 +49,7 @@ from .workers import WorkerAdmin
 __all__ = [
     "JSON_DISPLAY_CHARS",
     "BindingAdmin",
+    "BreakerAdmin",
     "DashboardEntryAdmin",
     "DeadJobAdmin",
     "FindKeyForm",
@@ -65,3 +68,4 @@ admin.site.register(EffectRecord, LedgerAdmin)
 admin.site.register(WorkerRecord, WorkerAdmin)
 admin.site.register(ScheduleState, ScheduleAdmin)
 admin.site.register(QueueState, QueueAdmin)
+admin.site.register(Breaker, BreakerAdmin)

@@ -36,6 +36,7 @@ from django_workhorse.operations.actions import cancel, purge, purgeable, redriv
 
 from .base import ReadOnlyAdmin, YesNoFilter, actor, has_permission, parse_id
 from .bindings import digest_prefix_filter
+from .breakers import held_line
 from .confirmation import Preview, confirm, confirmed_request_id, job_rows
 from .dashboard import dashboard_view
 from .display import (
@@ -56,7 +57,10 @@ RECENT_TAGS_SCAN = 1000
 # A job's page leads with what an operator reads first; the rest is folded away below the timeline.
 LEAD_FIELDS = ("job_type", "queue", "status_line", "attempts", "run_at_utc", "finished_at_utc", "error_text")
 FOLDED_FIELDSETS = (
-    ("Options", ("priority", "retry", "tags", "timeout", "deadline_utc", "concurrency_key", "concurrency_limit")),
+    (
+        "Options",
+        ("priority", "retry", "tags", "timeout", "deadline_utc", "concurrency_key", "concurrency_limit", "breaker_key"),
+    ),
     (
         "Internals",
         (
@@ -230,6 +234,8 @@ class JobAdmin(ReadOnlyAdmin):
 
     @admin.display(description="status")
     def status_line(self, obj: Job) -> str:
+        if obj.status == JobStatus.QUEUED and obj.held_since is not None and obj.breaker_key is not None:
+            return f"{obj.status}, {held_line(obj)}"
         return f"{FAILING} (queued, waiting for a retry)" if is_failing(obj) else obj.status
 
     @admin.display(description="last error")

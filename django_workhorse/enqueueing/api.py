@@ -53,7 +53,7 @@ def enqueue(
     """Enqueue a job and return its id, or the id of the job that already owns this request's key.
 
     Options are keyword arguments (``queue``, ``priority``, ``run_at``, ``delay``, ``tags``,
-    ``max_attempts``, ``retry_policy``, ``deadline``, ``timeout``, ``concurrency_key`` and at most
+    ``max_attempts``, ``retry_policy``, ``deadline``, ``timeout``, ``concurrency_key``, ``breaker_key`` and at most
     one keyed mode such as ``idempotency=Idempotency(key, scope)``) or one ``EnqueueOptions`` value;
     keywords override it. The job joins the caller's transaction and vanishes if it rolls back.
 
@@ -178,7 +178,7 @@ def _check_options_once(options: EnqueueOptions, checked: dict[Any, CheckedOptio
     """
     values = (
         options.queue, options.priority, options.run_at, options.delay, options.max_attempts, options.deadline,
-        options.timeout, options.concurrency_key, options.concurrency_limit,
+        options.timeout, options.concurrency_key, options.concurrency_limit, options.breaker_key,
     )  # fmt: skip
     try:
         tags = tuple(options.tags)

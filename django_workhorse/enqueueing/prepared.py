@@ -63,6 +63,7 @@ class PreparedJob:
     # The W3C trace context of the enqueue's span as JSON text, set by ``tracing`` just before the
     # statement (never part of the fingerprint: a replay from another trace still replays).
     trace_context_json: str | None = None
+    breaker_key: str | None = None  # admission, not content: outside the fingerprint
 
 
 # The keyed-mode name of a request without a key, in metrics and traces.

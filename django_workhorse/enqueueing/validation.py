@@ -110,6 +110,10 @@ def check_options(options: EnqueueOptions) -> CheckedOptions:
             max_bytes=conf.MAX_CONCURRENCY_KEY_BYTES,
             error=EnqueueValidationError,
         )
+    if options.breaker_key is not None:
+        check_text(
+            options.breaker_key, "breaker_key", max_bytes=conf.MAX_BREAKER_KEY_BYTES, error=EnqueueValidationError
+        )
     if options.concurrency_limit is not None:
         _integer(options.concurrency_limit, "concurrency_limit", conf.MIN_CONCURRENCY_LIMIT, conf.MAX_CONCURRENCY_LIMIT)
         if options.concurrency_key is None:
@@ -168,6 +172,7 @@ def prepare(
         concurrency_key=options.concurrency_key,
         concurrency_limit=limit,
         binding=binding,
+        breaker_key=options.breaker_key,
     )
 
 

@@ -70,6 +70,12 @@ def attempt_finished(job: ClaimedJob, status: str, duration: float | None, outco
         _metrics.attempt_finished(job, status, duration, outcome)
 
 
+def breaker_transitioned(to_state: str) -> None:
+    """Count a circuit breaker's change of state by the state it went to (closed, open, half_open)."""
+    if _metrics is not None:
+        _metrics.breaker_transitioned(to_state)
+
+
 def reclaimed(count: int) -> None:
     """Count jobs whose expired leases a worker reclaimed."""
     if _metrics is not None and count:

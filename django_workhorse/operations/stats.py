@@ -16,7 +16,7 @@ from django.db.models.functions import Left, TruncMinute
 from django.utils import timezone
 
 from django_workhorse.conf import app_settings
-from django_workhorse.models import IdempotencyBinding, Job, JobStatus, QueueState, WorkerRecord
+from django_workhorse.models import Breaker, BreakerState, IdempotencyBinding, Job, JobStatus, QueueState, WorkerRecord
 from django_workhorse.tasks.registry import get_handler, registered
 
 THROUGHPUT_MINUTES = 60
@@ -279,6 +279,25 @@ def unknown_job_types(*, using: str | None = None, limit: int = MAX_WARNING_NAME
     return NamedCounts(unknown[:limit], max(len(unknown) - limit, 0))
 
 
+def open_breakers(*, using: str | None = None, limit: int = MAX_WARNING_NAMES) -> NamedCounts:
+    """Return the circuit breakers that are not closed (open or half-open), with the jobs each holds,
+    most first."""
+    alias = using or router.db_for_read(Breaker)
+    keys = list(Breaker.objects.using(alias).exclude(state=BreakerState.CLOSED).values_list("key", flat=True))
+    if not keys:
+        return NamedCounts([])
+    rows = (
+        _jobs(using)
+        .filter(status=JobStatus.QUEUED, held_since__isnull=False, breaker_key__in=keys)
+        .values("breaker_key")
+        .annotate(jobs=Count("id"))
+        .order_by()
+    )
+    held = {row["breaker_key"]: row["jobs"] for row in rows}
+    names = sorted(((key, held.get(key, 0)) for key in keys), key=lambda item: (-item[1], item[0]))
+    return NamedCounts(names[:limit], max(len(names) - limit, 0))
+
+
 def has_handler(job_type: str) -> bool:
     """Return whether a worker running this process's code would find a handler for ``job_type``."""
     if registered(job_type) is not None:
@@ -310,8 +329,9 @@ def status_warnings(
 ) -> list[StatusWarning]:
     """Return the warnings that apply now (none when all is well): ready jobs in queues no live
     worker takes (``unserved_queues``), queued jobs of types no handler of this process knows
-    (``unknown_job_types``; import the apps' ``tasks`` modules first, as the worker does), and
-    queued jobs in paused queues (``paused``: ``paused_queue_counts()``, read here unless given)."""
+    (``unknown_job_types``; import the apps' ``tasks`` modules first, as the worker does), queued
+    jobs in paused queues (``paused``: ``paused_queue_counts()``, read here unless given), and
+    circuit breakers that hold jobs back (``open_breakers``)."""
     paused = paused_queue_counts(using=using) if paused is None else paused
     waiting = sorted(((p.queue, p.queued) for p in paused if p.queued), key=lambda item: (-item[1], item[0]))
     found = [
@@ -332,6 +352,12 @@ def status_warnings(
             "Queued jobs in paused queues (no worker claims them until the queue is resumed)",
             "queued",
             NamedCounts(waiting[:MAX_WARNING_NAMES], max(len(waiting) - MAX_WARNING_NAMES, 0)),
+        ),
+        StatusWarning(
+            "breaker_open",
+            "Circuit breakers open or half-open (their jobs are held)",
+            "held",
+            open_breakers(using=using),
         ),
     ]
     return [warning for warning in found if warning.names]

@@ -33,17 +33,22 @@ class Snooze(HandlerOutcome):
 
     ``Snooze(timedelta(minutes=5))`` or ``Snooze(until=instant)``: exactly one of the two. A job
     snoozes at most ``WORKHORSE_MAX_SNOOZES`` times, and never past its deadline: a snooze beyond
-    either makes it dead, with that reason. Raise ``OutcomeValidationError`` for a delay that is
-    not in (0, ``MAX_DELAY``], or an instant that is naive or after year 9999.
+    either makes it dead, with that reason. ``breaker=True`` also opens the job's circuit breaker
+    until that instant (a provider's quota reset: every job behind it waits, not just this one; see
+    docs/circuit-breakers.md). Raise ``OutcomeValidationError`` for a delay that is not in
+    (0, ``MAX_DELAY``], an instant that is naive or after year 9999, or a ``breaker`` that is not a bool.
     """
 
     name = "snooze"
 
-    def __init__(self, delay: timedelta | None = None, *, until: datetime | None = None) -> None:
+    def __init__(self, delay: timedelta | None = None, *, until: datetime | None = None, breaker: bool = False) -> None:
         if (delay is None) == (until is None):
             raise OutcomeValidationError(field="delay", bound="given, or until= instead (exactly one of the two)")
+        if not isinstance(breaker, bool):
+            raise OutcomeValidationError(field="breaker", bound="True or False", value=type(breaker).__name__)
         self.delay = None if delay is None else check_delay(delay, "delay")
         self.until = None if until is None else _check_until(until)
+        self.breaker = breaker
         super().__init__(f"snooze for {delay}" if until is None else f"snooze until {until.isoformat()}")
 
     def run_at(self, now: datetime) -> datetime:

@@ -2,7 +2,7 @@
 
 PostgreSQL-specific SQL lives in this package and nowhere else (a test enforces it), one module per
 concern, and callers name the concern: ``sql.enqueue`` (enqueue), ``sql.claims`` (the worker:
-claims, outcomes, leases, checkpoints), ``sql.actions`` (operator actions), ``sql.housekeeping``
+claims, outcomes, leases, checkpoints), ``sql.actions`` (operator actions), ``sql.breakers`` (circuit breakers' state), ``sql.housekeeping``
 (purge, pruning, the worker registry), ``sql.leases`` (named leases: the maintenance lease), ``sql.effects`` (the effect ledger),
 ``sql.http_records`` (``@idempotent`` views' records, on the ledger's table), ``sql.schedules`` (periodic schedules' state), ``sql.queues`` (queue control),
 ``sql.keys`` (the fragments that decide who owns a key), ``sql.poolers`` (whether a pooler
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from django_workhorse.sql import (
     actions,
+    breakers,
     claims,
     connection,
     effects,
@@ -30,6 +31,7 @@ from django_workhorse.sql import (
 
 __all__ = [
     "actions",
+    "breakers",
     "claims",
     "connection",
     "effects",

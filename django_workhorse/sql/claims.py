@@ -16,12 +16,13 @@ from django.db import IntegrityError, OperationalError, connections, transaction
 
 from django_workhorse.conf import app_settings
 from django_workhorse.models import JOB_CONCURRENCY_SLOT_UNIQ
+from django_workhorse.sql.breakers import appended_transition
 from django_workhorse.sql.connection import constraint_name, decode_json, execute, run
 
 # claim: lease up to %(limit)s ready jobs of the given queues in priority DESC, run_at, id order,
 # skipping rows other workers hold. A paused queue (a workhorse_queue row, by its primary key) is
-# left out before its jobs are read: pausing costs the claim one key lookup per queue asked for. Each queue is read through workhorse_job_ready_idx (queue,
-# priority DESC, run_at, id) in exactly its order; the best %(limit)s of those candidates win, so
+# left out before its jobs are read: pausing costs the claim one key lookup per queue asked for.
+# Each queue is read through workhorse_job_ready_idx (queue, priority DESC, run_at, id) in exactly its order; the best %(limit)s of those candidates win, so
 # the order holds across queues too. Each claim gets a fresh lease token.
 #
 # Concurrency keys: a job with a concurrency key runs in one of its key's slots 1..limit, and the
@@ -34,6 +35,25 @@ from django_workhorse.sql.connection import constraint_name, decode_json, execut
 # slot index; what is left is a claim whose snapshot predates another's commit, which the index
 # refuses at once. Its rows are locked in claim order, not id order: SKIP LOCKED never waits for a
 # job row, so that order cannot take part in a deadlock on them.
+#
+# The answer is the claimed jobs and, when candidates were held, one more row (its id NULL) with how
+# many: a claim that held some may have left ready jobs behind them, so the worker claims again
+# at once instead of waiting for the poll interval.
+#
+# Circuit breakers (decision 0021): a candidate without a breaker_key is admitted as before (one
+# NULL test). One with a key whose breaker row is missing or closed is admitted too; the others
+# (``gated``) get a verdict. Open with open_until in the future: held until open_until. Open past
+# its cooldown, or half-open: the first candidate of the key in claim order may take a canary
+# slot, by a conditional UPDATE of the breaker row (``canaries``); under READ COMMITTED a claim
+# that finds the row updated by a concurrent one waits for it and re-checks the condition on the
+# committed version (EvalPlanQual), so no two claims spend one slot. A breaker that closed meanwhile
+# admits it as well. Every other gated candidate is held until now + the breaker's cooldown. A held
+# job stays queued with its attempt untouched, run_at moved to the instant its verdict may change,
+# held_since set and a 'held' event written: it leaves the ready index's due range. Concurrency
+# slots are counted over admitted candidates only. A half-open breaker whose canaries sent no
+# verdict for its cooldown plus this lease (their worker died) admits a new round. The breaker row
+# is locked after the job rows, the reverse of sql.breakers' closing write, which therefore skips
+# locked jobs rather than wait for them.
 CONCURRENCY_LOCK_CLASS = 0x776F726B  # "work": the first half of two-int advisory lock ids
 # A job's trace context as a claim reads it: as stored when it is as small as enqueue writes it (a
 # traceparent and at most 512 characters of tracestate), else its traceparent only (bounded), so a
@@ -45,14 +65,16 @@ BOUNDED_TRACE_CONTEXT = (
     f"THEN job.trace_context ELSE jsonb_strip_nulls(jsonb_build_object('traceparent', "
     f"left(job.trace_context->>'traceparent', {MAX_TRACEPARENT_CHARS}))) END"
 )
+# The columns of CLAIM's ``claimed`` answer (ClaimedJob's fields, bar claimed_at, plus the order columns).
+CLAIMED_COLUMNS = 19
 CLAIM = f"""
 WITH candidates AS (
-    SELECT ready.id, ready.priority, ready.run_at, ready.concurrency_key, ready.concurrency_limit
+    SELECT ready.id, ready.priority, ready.run_at, ready.concurrency_key, ready.concurrency_limit, ready.breaker_key
     FROM (SELECT queue FROM unnest(%(queues)s::text[]) AS asked(queue)
           WHERE NOT EXISTS (SELECT 1 FROM workhorse_queue AS paused
                             WHERE paused.queue = asked.queue AND paused.paused)) AS wanted,
     LATERAL (
-        SELECT id, priority, run_at, concurrency_key, concurrency_limit FROM workhorse_job AS job
+        SELECT id, priority, run_at, concurrency_key, concurrency_limit, breaker_key FROM workhorse_job AS job
         WHERE status = 'queued' AND queue = wanted.queue AND run_at <= clock_timestamp()
           AND CASE WHEN concurrency_key IS NULL THEN true
                    ELSE pg_try_advisory_xact_lock({CONCURRENCY_LOCK_CLASS}, hashtext(concurrency_key))
@@ -66,14 +88,65 @@ WITH candidates AS (
     ORDER BY ready.priority DESC, ready.run_at, ready.id
     LIMIT %(limit)s
 ),
+gated AS (
+    SELECT candidates.id, candidates.breaker_key, breaker.state, breaker.open_until, breaker.cooldown,
+           row_number() OVER (PARTITION BY candidates.breaker_key
+                              ORDER BY candidates.priority DESC, candidates.run_at, candidates.id) AS nth
+    FROM candidates JOIN workhorse_breaker AS breaker ON breaker.key = candidates.breaker_key
+    WHERE candidates.breaker_key IS NOT NULL AND breaker.state <> 'closed'
+),
+canaries AS (
+    UPDATE workhorse_breaker AS breaker
+    SET state = CASE WHEN breaker.state = 'closed' THEN 'closed' ELSE 'half_open' END,
+        probes_admitted = CASE WHEN breaker.state = 'closed' THEN 0
+                               WHEN breaker.state = 'open' OR breaker.probes_admitted >= breaker.probes THEN 1
+                               ELSE breaker.probes_admitted + 1 END,
+        transitions = CASE WHEN breaker.state = 'open'
+                           THEN {appended_transition("breaker.transitions", "'open'", "'half_open'", "'cooldown over'")}
+                           ELSE breaker.transitions END,
+        changed_at = clock_timestamp()
+    FROM gated
+    WHERE gated.nth = 1 AND breaker.key = gated.breaker_key
+      AND (breaker.state = 'closed'
+           OR (breaker.state = 'open' AND breaker.open_until <= clock_timestamp())
+           OR (breaker.state = 'half_open' AND (breaker.probes_admitted < breaker.probes
+               OR breaker.changed_at <= clock_timestamp() - breaker.cooldown - %(lease)s)))
+    RETURNING breaker.key, gated.state = 'open' AND breaker.state = 'half_open' AND breaker.probes_admitted = 1
+              AS half_opened
+),
+canary_jobs AS (
+    SELECT gated.id, canaries.half_opened FROM gated JOIN canaries ON canaries.key = gated.breaker_key
+    WHERE gated.nth = 1
+),
+admitted AS (
+    SELECT id, priority, run_at, concurrency_key, concurrency_limit FROM candidates WHERE breaker_key IS NULL
+    UNION ALL
+    SELECT id, priority, run_at, concurrency_key, concurrency_limit FROM candidates
+    WHERE breaker_key IS NOT NULL
+      AND (id NOT IN (SELECT id FROM gated) OR id IN (SELECT id FROM canary_jobs))
+),
+held AS (
+    UPDATE workhorse_job AS job
+    SET run_at = CASE WHEN gated.state = 'open' AND gated.open_until > clock_timestamp() THEN gated.open_until
+                      ELSE clock_timestamp() + coalesce(gated.cooldown, interval '1 second') END,
+        held_since = coalesce(job.held_since, clock_timestamp())
+    FROM gated
+    WHERE job.id = gated.id AND gated.id NOT IN (SELECT id FROM canary_jobs)
+    RETURNING job.id, job.attempt, job.breaker_key, job.run_at
+),
+held_events AS (
+    INSERT INTO workhorse_job_event (job_id, kind, attempt, at, details)
+    SELECT id, 'held', attempt, clock_timestamp(), jsonb_build_object('breaker', breaker_key, 'until', run_at)
+    FROM held
+),
 keyed AS (
     SELECT id, concurrency_key,
            row_number() OVER (PARTITION BY concurrency_key ORDER BY priority DESC, run_at, id) AS nth
-    FROM candidates WHERE concurrency_key IS NOT NULL
+    FROM admitted WHERE concurrency_key IS NOT NULL
 ),
 free_slots AS (
     SELECT keys.concurrency_key, slot, row_number() OVER (PARTITION BY keys.concurrency_key ORDER BY slot) AS nth
-    FROM (SELECT concurrency_key, min(concurrency_limit) AS slots FROM candidates
+    FROM (SELECT concurrency_key, min(concurrency_limit) AS slots FROM admitted
           WHERE concurrency_key IS NOT NULL GROUP BY concurrency_key) AS keys,
     generate_series(1, keys.slots) AS slot
     WHERE NOT EXISTS (
@@ -83,7 +156,7 @@ free_slots AS (
     )
 ),
 chosen AS (
-    SELECT id, NULL::smallint AS slot FROM candidates WHERE concurrency_key IS NULL
+    SELECT id, NULL::smallint AS slot FROM admitted WHERE concurrency_key IS NULL
     UNION ALL
     SELECT keyed.id, free_slots.slot::smallint FROM keyed JOIN free_slots USING (concurrency_key, nth)
 ),
@@ -91,21 +164,25 @@ claimed AS (
     UPDATE workhorse_job AS job
     SET status = 'running', attempt = job.attempt + 1, lease_token = gen_random_uuid(),
         lease_expires_at = clock_timestamp() + %(lease)s, started_at = clock_timestamp(),
-        claimed_by = %(worker)s, concurrency_slot = chosen.slot
+        claimed_by = %(worker)s, concurrency_slot = chosen.slot, held_since = NULL
     FROM chosen
     WHERE job.id = chosen.id
     RETURNING job.id, job.job_type, job.queue, job.payload, job.attempt, job.max_attempts,
               job.retry_policy, job.deadline, job.timeout, job.lease_token, coalesce(job.root_id, job.id),
               job.scheduled_for, {BOUNDED_TRACE_CONTEXT} AS trace_context,
               extract(epoch FROM clock_timestamp() - job.run_at)::float8 AS waited, job.priority, job.run_at,
-              job.snoozes
+              job.snoozes, job.breaker_key,
+              coalesce((SELECT half_opened FROM canary_jobs WHERE canary_jobs.id = job.id), false) AS half_opened
 ),
 events AS (
     INSERT INTO workhorse_job_event (job_id, kind, attempt, at, details)
     SELECT id, 'claimed', attempt, clock_timestamp(), jsonb_build_object('worker', %(worker)s::text)
     FROM claimed
 )
-SELECT * FROM claimed ORDER BY priority DESC, run_at, id
+SELECT *, NULL::bigint AS held FROM claimed
+UNION ALL
+SELECT {", ".join(["NULL"] * CLAIMED_COLUMNS)}, count(*) FROM held HAVING count(*) > 0
+ORDER BY priority DESC, run_at, id
 """
 
 
@@ -286,6 +363,12 @@ SELECT (SELECT count(*) FROM owner), (SELECT count(*) FROM saved)
 LOAD_CHECKPOINT = "SELECT value FROM workhorse_checkpoint WHERE job_id = %(job_id)s AND name = %(name)s"
 
 
+class Claimed(list["ClaimedJob"]):
+    """The jobs a claim leased, in priority order; ``held`` counts the candidates it held back."""
+
+    held: int = 0
+
+
 @dataclass(frozen=True)
 class ClaimedJob:
     """A job this worker holds a lease on."""
@@ -306,6 +389,8 @@ class ClaimedJob:
     waited: float = 0.0  # seconds from run_at to the claim, on PostgreSQL's clock
     claimed_at: float = 0.0  # time.perf_counter() when this process claimed it
     snoozes: int = 0  # how many times the job snoozed before this attempt
+    breaker_key: str | None = None  # the circuit breaker it runs behind, if any
+    half_opened: bool = False  # its claim moved its breaker from open to half-open (the first canary)
 
 
 # Two workers that pick the same free concurrency slot at once: the second claims again. Two claims
@@ -333,8 +418,9 @@ USE_GENERIC_PLANS_LOCALLY = "SET LOCAL plan_cache_mode = force_generic_plan"
 _generic_plan_connections: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
-def claim(alias: str, *, queues: Sequence[str], limit: int, lease: timedelta, worker: str) -> list[ClaimedJob]:
-    """Run CLAIM (with generic plans when it is prepared); return the leased jobs in priority order."""
+def claim(alias: str, *, queues: Sequence[str], limit: int, lease: timedelta, worker: str) -> Claimed:
+    """Run CLAIM (with generic plans when it is prepared); return the leased jobs in priority order,
+    and how many candidates a circuit breaker held back."""
     params = {"queues": list(queues), "limit": limit, "lease": lease, "worker": worker}
     if not app_settings.PREPARED_STATEMENTS:
         return _claim(alias, CLAIM, params)
@@ -363,7 +449,7 @@ def claim_job(alias: str, *, job_id: int, lease: timedelta, worker: str, schedul
 
 def _claim(
     alias: str, statement: str, params: dict[str, Any], *, savepoint: bool = False, local_setting: str | None = None
-) -> list[ClaimedJob]:
+) -> Claimed:
     for _ in range(CLAIM_ATTEMPTS):
         try:
             with transaction.atomic(using=alias) if savepoint or local_setting else nullcontext():
@@ -380,15 +466,18 @@ def _claim(
                 raise
             continue
         claimed_at = time.perf_counter()
-        return [_claimed(row, claimed_at) for row in rows]
-    return []
+        claimed = Claimed(_claimed(row, claimed_at) for row in rows if row[0] is not None)
+        claimed.held = sum(row[-1] for row in rows if row[0] is None)
+        return claimed
+    return Claimed()
 
 
 def _claimed(row: Sequence[Any], claimed_at: float) -> ClaimedJob:
     """A row of CLAIM's answer as a ClaimedJob (payload, retry policy and trace context are jsonb)."""
     return ClaimedJob(
         row[0], row[1], row[2], decode_json(row[3]), row[4], row[5], decode_json(row[6]), row[7], row[8], row[9],
-        row[10], row[11], decode_json(row[12]), row[13], claimed_at, row[16],
+        row[10], row[11], decode_json(row[12]), row[13], claimed_at, snoozes=row[16], breaker_key=row[17],
+        half_opened=row[18],
     )  # fmt: skip
 
 

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any, Generic, ParamSpec, TypeVar
 
 from django_workhorse import conf
+from django_workhorse.admission.breakers import Breaker
 from django_workhorse.enqueueing.call_keys import call_key, checked_derived_key
 from django_workhorse.enqueueing.fingerprints import derived_key
 from django_workhorse.enqueueing.validation import MODE_OPTIONS, resolve_options
-from django_workhorse.exceptions import ScheduleDefinitionError, TaskDefinitionError
+from django_workhorse.exceptions import BreakerValidationError, ScheduleDefinitionError, TaskDefinitionError
 from django_workhorse.outcomes.values import exception_classes
 from django_workhorse.schedules.definition import Schedule
 from django_workhorse.tasks import registry
@@ -42,16 +44,19 @@ class Task(Generic[P, R]):
         idempotent: bool = False,
         fail_on: tuple[type[BaseException], ...] = (),
         retry_on: tuple[type[BaseException], ...] | None = None,
+        breaker: Breaker | None = None,
     ) -> None:
         self.func = func
         self.name = name
-        self.defaults = defaults
+        # A task with a breaker keys it by its job type unless a call names another breaker_key.
+        self.defaults = defaults if breaker is None else replace(defaults, breaker_key=name)
         self.idempotent = idempotent
         self.fail_on = fail_on
         self.retry_on = retry_on
+        self.breaker = breaker
         handler = Handler(
-            name, func, takes_context=declares_context(func), spreads_payload=True, defaults=defaults,
-            fail_on=fail_on, retry_on=retry_on,
+            name, func, takes_context=declares_context(func), spreads_payload=True, defaults=self.defaults,
+            fail_on=fail_on, retry_on=retry_on, breaker=breaker,
         )  # fmt: skip
         add_handler(handler)
         _tasks[name] = self
@@ -141,6 +146,7 @@ def task(
     schedules: Sequence[Schedule] = (),
     fail_on: type[BaseException] | Sequence[type[BaseException]] = (),
     retry_on: type[BaseException] | Sequence[type[BaseException]] | None = None,
+    breaker: Breaker | None = None,
 ) -> Any:
     """Turn a function into a :class:`Task` (usable as ``@task`` or ``@task(queue=...)``).
 
@@ -156,9 +162,14 @@ def task(
     letter), whatever attempts remain. ``retry_on=(TransportError, ...)``: when given, the only
     exceptions that retry; any other makes the job dead at once. Raise ``TaskDefinitionError`` if
     either is not an exception class or a tuple or list of them.
+
+    ``breaker=Breaker(...)`` runs the task's jobs behind a circuit breaker keyed by the job type,
+    or by the ``breaker_key`` a call passes (a destination); see docs/circuit-breakers.md.
     """
     fail_classes = exception_classes(fail_on, "fail_on", TaskDefinitionError)
     retry_classes = None if retry_on is None else exception_classes(retry_on, "retry_on", TaskDefinitionError)
+    if breaker is not None and not isinstance(breaker, Breaker):
+        raise BreakerValidationError(field="breaker", bound="a Breaker value", value=type(breaker).__name__)
     if schedule is not None and schedules:
         raise ScheduleDefinitionError(field="schedules", bound="schedule= or schedules=, not both")
     declared = [schedule] if schedule is not None else list(schedules)
@@ -177,6 +188,7 @@ def task(
             idempotent=idempotent,
             fail_on=fail_classes,
             retry_on=retry_classes,
+            breaker=breaker,
         )
         if declared:
             registry.add_task_schedules(made.name, declared, indexed=schedule is None)

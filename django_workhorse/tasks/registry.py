@@ -12,6 +12,7 @@ from django_workhorse.exceptions import HandlerNotRegisteredError
 from django_workhorse.tasks.signatures import declares_context, unbind
 
 if TYPE_CHECKING:
+    from django_workhorse.admission.breakers import Breaker
     from django_workhorse.schedules.definition import Schedule
     from django_workhorse.types import EnqueueOptions
 
@@ -43,6 +44,8 @@ class Handler:
     # only ones that retry.
     fail_on: tuple[type[BaseException], ...] = ()
     retry_on: tuple[type[BaseException], ...] | None = None
+    # A @task's circuit breaker: the policy of its job type's breaker, and of its per-call keys.
+    breaker: Breaker | None = None
 
     def call(self, payload: Any, context: Any) -> Any:
         """Call the handler with ``payload`` (and ``context`` if it declares one)."""

@@ -7,14 +7,17 @@ import logging
 import re
 import threading
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import TypeVar
 
 from django_workhorse import sql
+from django_workhorse.admission import recording as breakers
+from django_workhorse.admission.breakers import check_open_until
 from django_workhorse.conf import app_settings
 from django_workhorse.enqueueing.storable import check_json, check_text
 from django_workhorse.exceptions import (
     AttemptTimeoutError,
+    BreakerValidationError,
     CheckpointNotStorableError,
     EffectValidationError,
     JobCancelledError,
@@ -24,6 +27,7 @@ from django_workhorse.exceptions import (
 T = TypeVar("T")
 MAX_STEP_CHARS = 200
 MAX_CHECKPOINT_NAME_CHARS = 200
+OPENED_BY_HANDLER = "opened by the handler"
 _VISIBLE_ASCII = re.compile(r"[\x21-\x7e]+")
 logger = logging.getLogger("django_workhorse.handlers")
 
@@ -44,6 +48,7 @@ class HandlerContext:
         self._cancel = threading.Event()
         self._cancel_requested = False
         self._timed_out = False
+        self.opened_breaker = False  # this attempt opened its breaker: its outcome is no verdict
         self.logger = logging.LoggerAdapter(logger, {"job_id": job.id, "attempt": job.attempt})
 
     @property
@@ -147,6 +152,30 @@ class HandlerContext:
             self.raise_if_cancelled()
         # Every attempt gets the stored (JSON) form, not the first attempt's Python objects.
         return json.loads(text)  # type: ignore[no-any-return]
+
+    @property
+    def breaker_key(self) -> str | None:
+        """The circuit breaker this job runs behind (its per-call key, or its job type), if any."""
+        return self._job.breaker_key
+
+    def open_breaker(self, *, until: datetime) -> None:
+        """Open this job's circuit breaker until ``until`` (a provider's quota reset, say).
+
+        Every worker then holds the breaker's jobs until that instant (an open breaker already
+        holding longer keeps its later instant); then canaries run as after a cooldown. This
+        attempt's own outcome does not count for the breaker. Raise ``BreakerValidationError`` if
+        the job runs behind no breaker, or ``until`` is not an aware instant in the future, at most
+        year 9999.
+        """
+        key = self._job.breaker_key
+        if key is None:
+            raise BreakerValidationError(field="breaker_key", bound="set: this job runs behind no circuit breaker")
+        until = check_open_until(until, datetime.now(timezone.utc))
+        policy = breakers.policy_for(self._job.job_type).to_json()
+        before = sql.breakers.open_breaker(self._alias, key=key, until=until, policy=policy, reason=OPENED_BY_HANDLER)
+        self.opened_breaker = True
+        if before != "open":
+            breakers.report([sql.breakers.Transition(key, before, "open", OPENED_BY_HANDLER)])
 
     def cancel(self, *, requested: bool = False, timed_out: bool = False) -> None:
         """Ask the handler to stop (used by the worker): ``requested`` by an operator, ``timed_out``,

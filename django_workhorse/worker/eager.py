@@ -17,6 +17,7 @@ from django.db import router
 from django.db.models.functions import Now
 
 from django_workhorse import sql
+from django_workhorse.admission import recording as breakers
 from django_workhorse.conf import app_settings
 from django_workhorse.models import Job, JobStatus
 from django_workhorse.outcomes.values import HandlerOutcome
@@ -100,9 +101,12 @@ def run_job(
     job = sql.claims.claim_job(alias, job_id=job_id, lease=EAGER_LEASE, worker=EAGER_WORKER, scheduled=scheduled)
     if job is None:
         return None
+    breakers.claimed([job])
     context = HandlerContext(job, alias=alias, on_heartbeat=lambda: None)
     outcome = execute(job, context)
     status = record(alias, [outcome])[0]
+    if not context.opened_breaker:
+        breakers.record_attempts(alias, [(job, status, outcome.kind, outcome.error)])
     # An outcome the handler raised (Snooze, Retry, Cancel, Fail) is its decision, recorded: not re-raised.
     if isinstance(outcome.exception, HandlerOutcome):
         return status

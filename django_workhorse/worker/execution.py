@@ -92,6 +92,11 @@ def _execute(job: sql.claims.ClaimedJob, context: HandlerContext, started: Calla
     except JobCancelledError:
         return Outcome(job, "cancelled", events=(("cancelled", {}),))
     except HandlerOutcome as decided:
+        if isinstance(decided, Snooze) and decided.breaker:
+            try:  # Snooze(until=reset, breaker=True): the whole destination waits, not only this job
+                context.open_breaker(until=decided.run_at(_now()))
+            except Exception as exc:  # no breaker, an instant in the past: this job's failure
+                return failure(job, exc, handler)
         return decision(job, decided)
     except BaseException as exc:  # the handler's failure (even sys.exit()) is the job's, not the worker's
         return failure(job, exc, handler)

@@ -20,6 +20,7 @@ from datetime import timedelta
 from django.db import DatabaseError, close_old_connections, connections
 
 from django_workhorse import sql
+from django_workhorse.admission import recording as breakers
 from django_workhorse.conf import DEFAULT_DRAIN_TIMEOUT, DEFAULT_LEASE, app_settings
 from django_workhorse.exceptions import WorkerThreadError
 from django_workhorse.observability import instruments
@@ -167,6 +168,7 @@ class Worker:
         started = instruments.clock()
         jobs = sql.claims.claim(self.using, queues=self.queues, limit=limit, lease=self.lease, worker=self.name)
         instruments.claimed(time.perf_counter() - started)
+        breakers.claimed(jobs)
         for job in jobs:
             context = HandlerContext(job, alias=self.using, on_heartbeat=functools.partial(self._heartbeat_one, job.id))
             held = HeldJob(job, context)
@@ -174,7 +176,8 @@ class Worker:
                 self._held[job.id] = held
             self._work.put(held)
         self.stats.claimed += len(jobs)
-        return len(jobs)
+        # Held candidates may hide ready jobs behind them: count them, so the loop claims again now.
+        return len(jobs) + jobs.held
 
     def _wants_more(self) -> bool:
         # Claim again once an executor could go idle; a batch larger than the concurrency is
@@ -250,6 +253,7 @@ class Worker:
             statuses = write_outcomes(self.using, outcomes)
         except Exception:  # never leave the jobs held: unrecorded, their leases lapse
             logger.exception("Recording outcomes failed count=%s; their leases will lapse", len(outcomes))
+        self._record_breakers(outcomes, statuses)
         with self._lock:
             for outcome, status in zip(outcomes, statuses, strict=True):
                 self._held.pop(outcome.job.id, None)
@@ -257,6 +261,22 @@ class Worker:
         for outcome, status in zip(outcomes, statuses, strict=True):
             instruments.attempt_finished(outcome.job, status, outcome.duration, outcome.kind)
         self._wake.set()
+
+    def _record_breakers(self, outcomes: list[Outcome], statuses: list[str]) -> None:
+        # After the outcomes committed, in a statement of its own: a breaker's write never holds
+        # an outcome back. An attempt whose handler opened its breaker itself is not a verdict.
+        with self._lock:
+            opened = {o.job.id for o in outcomes if (h := self._held.get(o.job.id)) and h.context.opened_breaker}
+        attempts = [
+            (outcome.job, status, outcome.kind, outcome.error)
+            for outcome, status in zip(outcomes, statuses, strict=True)
+            if outcome.job.id not in opened
+        ]
+        try:
+            breakers.record_attempts(self.using, attempts)
+        except Exception:  # the breakers miss these verdicts; the jobs are recorded already
+            logger.exception("Recording circuit breaker verdicts failed count=%s", len(outcomes))
+            self._close_connection()
 
     def _close_connection(self) -> None:
         close_connection(self.using)

@@ -1,5 +1,6 @@
-"""``manage.py workhorse_status``: warnings (work no worker will run), queue depths, paused queues,
-throughput, workers, schedules and idempotency keys by scope, as tables or JSON.
+"""``manage.py workhorse_status``: warnings (work no worker will run, paused queues with jobs, open
+circuit breakers), queue depths, paused queues, throughput, workers, schedules, circuit breakers and
+idempotency keys by scope, as tables or JSON.
 
 Names come from code, settings and the database (queues, job types, scopes, schedules, workers' hosts): every
 table cell goes through ``printable``, so a name cannot move the cursor or recolour the terminal.
@@ -25,6 +26,7 @@ from django_workhorse.observability import instruments, keyed_rates
 from django_workhorse.observability.keyed_rates import ScopeDedup, ScopeRate
 from django_workhorse.observability.log_fields import printable
 from django_workhorse.observability.metrics import multiprocess_dir
+from django_workhorse.operations.breakers import BreakerStatus, breaker_states
 from django_workhorse.operations.stats import (
     PausedQueue,
     QueueDepth,
@@ -102,9 +104,9 @@ def worker_json(worker: WorkerStatus, now: datetime) -> dict[str, object]:
 class Command(BaseCommand):
     help = (
         "Show warnings (ready jobs no live worker takes, job types no handler knows, queued jobs in paused "
-        "queues), queue depths with the failing jobs (waiting for a retry) and the oldest ready job's age, the "
-        "paused queues, throughput over the last hour, "
-        "the workers, the schedules and, per idempotency scope, the live bindings and what the keys saved."
+        "queues, open circuit breakers), queue depths with the failing jobs (waiting for a retry) and the oldest "
+        "ready job's age, the paused queues, throughput over the last hour, the workers, the schedules, the "
+        "circuit breakers and, per idempotency scope, the live bindings and what the keys saved."
     )
 
     def check(self, *args: Any, **kwargs: Any) -> None:
@@ -138,6 +140,7 @@ class Command(BaseCommand):
         finished = throughput(using=database, now=now)
         registered = workers(using=database)
         schedules = overview(using=database, now=now)
+        breakers = breaker_states(using=database, now=now)
         left_out = left_out_schedules()
         rates = None
         if first is not None:
@@ -146,7 +149,9 @@ class Command(BaseCommand):
             rates = None if second is None else keyed_rates.between(first, second)
         scopes = keyed_rates.by_scope(live_bindings(using=database, now=now), rates)
         if as_json:
-            self._write_json(warnings, depths, paused, failing, finished, registered, schedules, left_out, scopes, now)
+            self._write_json(
+                warnings, depths, paused, failing, finished, registered, schedules, left_out, scopes, now, breakers
+            )
             return
         self._write_warnings(warnings)
         self.stdout.write("")
@@ -161,6 +166,9 @@ class Command(BaseCommand):
         self.stdout.write("")
         self._write_schedules(schedules, left_out)
         self.stdout.write("")
+        if breakers:  # like the paused queues: only for projects that have some
+            self._write_breakers(breakers)
+            self.stdout.write("")
         self._write_scopes(scopes, window, rates)
 
     def _write_json(
@@ -175,6 +183,7 @@ class Command(BaseCommand):
         left_out: list[ScheduleProblem],
         scopes: list[ScopeDedup],
         now: datetime,
+        breakers: list[BreakerStatus],
     ) -> None:
         report = {
             "warnings": [warning.as_json() for warning in warnings],
@@ -191,8 +200,19 @@ class Command(BaseCommand):
                 {"name": p.name, "check": p.check_id, "origin": p.origin, "problem": p.message} for p in left_out
             ],
             "scopes": [line.as_json() for line in scopes],
+            "breakers": [breaker.as_json() for breaker in breakers],
         }
         self.stdout.write(json.dumps(report, indent=2))
+
+    def _write_breakers(self, breakers: list[BreakerStatus]) -> None:
+        self.stdout.write("Circuit breakers")
+        rows = [
+            [b.key, b.effective, b.failures_in_window, b.held_jobs, _last_transition(b), utc_time(b.changed_at)]
+            for b in breakers
+        ]
+        headers = ["breaker", "now", "failures in window", "held jobs", "last transition", "changed (UTC)"]
+        for line in format_table(headers, rows, right=[2, 3]):
+            self.stdout.write(line)
 
     def _write_warnings(self, warnings: list[StatusWarning]) -> None:
         self.stdout.write("Warnings")
@@ -296,6 +316,13 @@ class Command(BaseCommand):
         for line in format_table(headers, rows, right=range(1, len(headers))) if rows else [empty]:
             self.stdout.write(line)
         self.stdout.write(footer)
+
+
+def _last_transition(breaker: BreakerStatus) -> str:
+    if not breaker.transitions:
+        return "-"
+    last = breaker.transitions[-1]
+    return f"{last.get('from')} -> {last.get('to')}: {last.get('reason')}"
 
 
 def _rate_window(value: str) -> float:

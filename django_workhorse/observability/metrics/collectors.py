@@ -78,6 +78,13 @@ LEASE_LOSSES = Counter(
 DEAD_LETTERS = Counter(
     "workhorse_dead_letters", "Jobs that went dead (their last attempt failed), by queue.", ["queue"]
 )
+# Labelled by the state only: breaker keys are as many as the destinations (the state gauge, read
+# from the database, carries the key).
+BREAKER_TRANSITIONS = Counter(
+    "workhorse_breaker_transitions",
+    "Circuit breaker state changes this process wrote, by the state it went to (open, half_open, closed).",
+    ["to"],
+)
 RECLAIMS = Counter("workhorse_reclaims", "Jobs whose expired leases a worker reclaimed.")
 REDRIVES = Counter("workhorse_redrives", "Dead jobs run again as new jobs (repeats of a redrive excluded).", ["queue"])
 SCHEDULE_TICKS = Counter(
@@ -199,3 +206,7 @@ def keyed_counts() -> dict[tuple[str, str], float]:
         for sample in family.samples
         if sample.name == KEYED_REQUESTS_NAME + "_total"
     }
+
+
+def breaker_transitioned(to_state: str) -> None:
+    child(BREAKER_TRANSITIONS, to_state).inc()

@@ -1,5 +1,5 @@
 """Gauges read from PostgreSQL when the metrics are scraped: queue depths, the oldest ready job's
-age, live workers, paused queues. The numbers are ``stats.queue_depths()``'s (those of the dashboard and
+age, live workers, paused queues, circuit breakers' states and held jobs. The numbers are ``stats.queue_depths()``'s (those of the dashboard and
 ``workhorse_status``), read at most once per ``ttl`` seconds, so scrapes from several Prometheus
 servers cost one set of queries.
 """
@@ -10,14 +10,16 @@ import logging
 import threading
 import time
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.db import DatabaseError
 from django.utils import timezone
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from django_workhorse.models import BreakerState
 from django_workhorse.operations import stats
+from django_workhorse.operations.breakers import breaker_states
 from django_workhorse.operations.stats import STATES
 
 logger = logging.getLogger(__name__)
@@ -80,4 +82,22 @@ def _read() -> list[Metric]:
     )
     for queue, is_paused in stats.queue_pauses():
         paused.add_metric([queue], 1 if is_paused else 0)
-    return [jobs, oldest, workers, paused]
+    return [jobs, oldest, workers, paused, *_breaker_gauges(now)]
+
+
+def _breaker_gauges(now: datetime) -> list[Metric]:
+    # Labelled by key: breakers are as many as the project declares (job types) or its per-call
+    # keys name (destinations), operator-chosen and bounded; a key gets a row once a job behind it failed.
+    state = GaugeMetricFamily(
+        "workhorse_breaker_state",
+        "Each circuit breaker's stored state: 1 for the state it is in (closed, open, half_open), 0 for the others.",
+        labels=["key", "state"],
+    )
+    held = GaugeMetricFamily(
+        "workhorse_breaker_held_jobs", "Queued jobs each circuit breaker holds back.", labels=["key"]
+    )
+    for breaker in breaker_states(now=now):
+        for name in BreakerState.values:
+            state.add_metric([breaker.key, name], 1.0 if breaker.state == name else 0.0)
+        held.add_metric([breaker.key], breaker.held_jobs)
+    return [state, held]
