@@ -17,6 +17,7 @@ from django_workhorse.worker import Worker
 DEFAULTS = {
     "MAX_PAYLOAD_BYTES": 1024 * 1024,
     "MAX_RESULT_BYTES": 1024 * 1024,
+    "MAX_SNOOZES": 100,
     "NOTIFY_CHANNEL": "workhorse",
     "PREPARED_STATEMENTS": True,
     "JOB_RETENTION": timedelta(days=14),
@@ -38,6 +39,7 @@ DEFAULTS = {
 OVERRIDES = {
     "MAX_PAYLOAD_BYTES": 2048,
     "MAX_RESULT_BYTES": 4096,
+    "MAX_SNOOZES": 7,
     "NOTIFY_CHANNEL": "elsewhere",
     "PREPARED_STATEMENTS": False,
     "JOB_RETENTION": timedelta(days=1),
