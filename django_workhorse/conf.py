@@ -47,6 +47,10 @@ MIN_BREAKER_DURATION, MAX_BREAKER_DURATION = timedelta(milliseconds=1), timedelt
 DEFAULT_MAX_BREAKER_COOLDOWN = timedelta(minutes=10)
 # The latest state changes a breaker row keeps.
 MAX_BREAKER_TRANSITIONS = 20
+# Rate limits (WORKHORSE_RATE_LIMITS names them) and their partitions; fair share's partition keys.
+MAX_RATE_LIMIT_NAME_CHARS = 100
+MAX_RATE_PARTITION_BYTES = 256
+MAX_PARTITION_KEY_BYTES = 256
 # Snoozes a job may take (WORKHORSE_MAX_SNOOZES) before it is dead.
 DEFAULT_MAX_SNOOZES = 100
 MIN_MAX_SNOOZES, MAX_MAX_SNOOZES = 1, 100_000

@@ -114,6 +114,11 @@ class EnqueueOptions:
     # The circuit breaker the job runs behind (a destination); a @task(breaker=...) defaults it to
     # its job type. Admission, not content: not part of the fingerprint.
     breaker_key: str | None = None
+    # Admission at claim (issue 26): the named rate limit (WORKHORSE_RATE_LIMITS) the job's attempts
+    # start under, the partition of a partitioned limit, and the key a fair queue shares out by.
+    rate_limit: str | None = None
+    rate_partition: str | None = None
+    partition_key: str | None = None
     idempotency: Idempotency | None = None
     unique: Unique | None = None
     debounce: Debounce | None = None

@@ -179,6 +179,7 @@ def _check_options_once(options: EnqueueOptions, checked: dict[Any, CheckedOptio
     values = (
         options.queue, options.priority, options.run_at, options.delay, options.max_attempts, options.deadline,
         options.timeout, options.concurrency_key, options.concurrency_limit, options.breaker_key,
+        options.rate_limit, options.rate_partition, options.partition_key,
     )  # fmt: skip
     try:
         tags = tuple(options.tags)

@@ -64,6 +64,9 @@ class PreparedJob:
     # statement (never part of the fingerprint: a replay from another trace still replays).
     trace_context_json: str | None = None
     breaker_key: str | None = None  # admission, not content: outside the fingerprint
+    rate_limit: str | None = None
+    rate_partition: str | None = None
+    partition_key: str | None = None
 
 
 # The keyed-mode name of a request without a key, in metrics and traces.

@@ -114,6 +114,7 @@ def check_options(options: EnqueueOptions) -> CheckedOptions:
         check_text(
             options.breaker_key, "breaker_key", max_bytes=conf.MAX_BREAKER_KEY_BYTES, error=EnqueueValidationError
         )
+    _check_admission_texts(options)
     if options.concurrency_limit is not None:
         _integer(options.concurrency_limit, "concurrency_limit", conf.MIN_CONCURRENCY_LIMIT, conf.MAX_CONCURRENCY_LIMIT)
         if options.concurrency_key is None:
@@ -173,6 +174,9 @@ def prepare(
         concurrency_limit=limit,
         binding=binding,
         breaker_key=options.breaker_key,
+        rate_limit=options.rate_limit,
+        rate_partition=options.rate_partition,
+        partition_key=options.partition_key,
     )
 
 
@@ -385,3 +389,22 @@ def _human(value: timedelta) -> str:
     return (
         f"{value // timedelta(milliseconds=1)} ms" if value % timedelta(milliseconds=1) == timedelta(0) else str(value)
     )
+
+
+def _check_admission_texts(options: EnqueueOptions) -> None:
+    """Check the rate-limit and fair-share options as stored text (their meaning is checked elsewhere)."""
+    if options.rate_limit is not None:
+        check_text(
+            options.rate_limit, "rate_limit", max_chars=conf.MAX_RATE_LIMIT_NAME_CHARS, error=EnqueueValidationError
+        )
+    if options.rate_partition is not None:
+        check_text(
+            options.rate_partition,
+            "rate_partition",
+            max_bytes=conf.MAX_RATE_PARTITION_BYTES,
+            error=EnqueueValidationError,
+        )
+    if options.partition_key is not None:
+        check_text(
+            options.partition_key, "partition_key", max_bytes=conf.MAX_PARTITION_KEY_BYTES, error=EnqueueValidationError
+        )

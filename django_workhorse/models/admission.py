@@ -11,7 +11,13 @@ from django.db import models
 from django.db.models.functions import Length
 
 from django_workhorse import conf
-from django_workhorse.models.base import BREAKER_KEY_CHECK, BREAKER_STATE_CHECK, QUEUE_NAME_CHECK, octet_length
+from django_workhorse.models.base import (
+    BREAKER_KEY_CHECK,
+    BREAKER_STATE_CHECK,
+    QUEUE_NAME_CHECK,
+    RATE_BUDGET_UNIQ,
+    octet_length,
+)
 
 
 class QueueState(models.Model):
@@ -88,3 +94,31 @@ class Breaker(models.Model):
 
     def __str__(self) -> str:
         return self.key
+
+
+class RateBudget(models.Model):
+    """The shared budget of one rate limit (``WORKHORSE_RATE_LIMITS``), or of one partition of a
+    partitioned limit, as every worker's claim spends it.
+
+    ``tat`` is the budget's theoretical arrival time (the generic cell rate algorithm): an attempt
+    may start at ``now`` while ``tat - now`` is within the limit's burst tolerance, and each start
+    moves ``tat`` one emission interval (``per / limit``) on. The claim updates the row with a
+    conditional ``UPDATE`` (decision 0021), so two claims never spend the same budget. ``partition``
+    is ``""`` for a limit that is not partitioned.
+    """
+
+    name = models.CharField(max_length=conf.MAX_RATE_LIMIT_NAME_CHARS)
+    partition = models.CharField(max_length=conf.MAX_RATE_PARTITION_BYTES, blank=True, default="")
+    tat = models.DateTimeField(help_text="The budget's theoretical arrival time (GCRA).")
+    granted = models.IntegerField(default=0, help_text="Attempts the latest claim admitted under it.")
+    admitted = models.BigIntegerField(default=0, help_text="Attempts admitted under it, in all.")
+    deferred = models.BigIntegerField(default=0, help_text="Jobs held back for it, in all.")
+    changed_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "workhorse_rate_budget"
+        verbose_name = "rate budget"
+        constraints = [models.UniqueConstraint(fields=["name", "partition"], name=RATE_BUDGET_UNIQ)]
+
+    def __str__(self) -> str:
+        return f"{self.name}[{self.partition}]" if self.partition else self.name

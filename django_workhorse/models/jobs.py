@@ -19,6 +19,7 @@ from django_workhorse.models.base import (
     JOB_CONCURRENCY_SLOT_UNIQ,
     JOB_DEAD_IDX,
     JOB_DEADLINE_CHECK,
+    JOB_FAIR_READY_IDX,
     JOB_FINISHED_IDX,
     JOB_LEASE_IDX,
     JOB_MAX_ATTEMPTS_CHECK,
@@ -125,6 +126,16 @@ class Job(models.Model):
     )
     # Set while admission at claim holds the job back (its breaker is open); cleared by its next claim.
     held_since = models.DateTimeField(null=True, blank=True, editable=False)
+    # Admission at claim (issue 26): a named rate limit, its partition, and a fair queue's share key.
+    rate_limit = models.CharField(  # noqa: DJ001
+        max_length=conf.MAX_RATE_LIMIT_NAME_CHARS, null=True, blank=True, editable=False
+    )
+    rate_partition = models.CharField(  # noqa: DJ001
+        max_length=conf.MAX_RATE_PARTITION_BYTES, null=True, blank=True, editable=False
+    )
+    partition_key = models.CharField(  # noqa: DJ001
+        max_length=conf.MAX_PARTITION_KEY_BYTES, null=True, blank=True, editable=False
+    )
 
     class Meta:
         db_table = "workhorse_job"
@@ -159,6 +170,17 @@ class Job(models.Model):
                 include=["queue"],
                 name=JOB_DEAD_IDX,
                 condition=models.Q(status=JobStatus.DEAD),
+            ),
+            # A fair queue's ready jobs by partition key, each key in claim order: a loose index scan
+            # finds the keys with ready work and the head of each.
+            models.Index(
+                "queue",
+                "partition_key",
+                models.F("priority").desc(),
+                "run_at",
+                "id",
+                name=JOB_FAIR_READY_IDX,
+                condition=models.Q(status=JobStatus.QUEUED, partition_key__isnull=False),
             ),
             # The jobs a circuit breaker holds back, to give them back at once when it closes.
             models.Index(

@@ -57,7 +57,7 @@ _MANY_UNKEYED_REQUESTS_CTE = "requests AS (SELECT {}, {} FROM jsonb_array_elemen
 _JOB_COLUMNS = (
     "id, job_type, queue, payload, status, priority, run_at, attempt, max_attempts, retry_policy, deadline, "
     "timeout, concurrency_key, concurrency_limit, tags, created_at, last_error, scheduled_for, trace_context, "
-    "breaker_key"
+    "breaker_key, rate_limit, rate_partition, partition_key"
 )
 
 
@@ -68,7 +68,8 @@ def _job_values(value: Callable[[str], str], job_id: str, now: str) -> str:
         f"{job_id}, {value('job_type')}, {value('queue')}, {value('payload')}, 'queued', {value('priority')}, "
         f"{run_at}, 0, {value('max_attempts')}, {value('retry_policy')}, {value('deadline')}, {value('timeout')}, "
         f"{value('concurrency_key')}, {value('concurrency_limit')}, {value('tags')}, {now}, '', "
-        f"{value('scheduled_for')}, {value('trace_context')}, {value('breaker_key')}"
+        f"{value('scheduled_for')}, {value('trace_context')}, {value('breaker_key')}, {value('rate_limit')}, "
+        f"{value('rate_partition')}, {value('partition_key')}"
     )
 
 
@@ -255,7 +256,8 @@ replaced AS (
         priority = requests.priority, tags = requests.tags, max_attempts = requests.max_attempts,
         retry_policy = requests.retry_policy, deadline = requests.deadline, timeout = requests.timeout,
         concurrency_key = requests.concurrency_key, concurrency_limit = requests.concurrency_limit,
-        breaker_key = requests.breaker_key,
+        breaker_key = requests.breaker_key, rate_limit = requests.rate_limit,
+        rate_partition = requests.rate_partition, partition_key = requests.partition_key,
         run_at = CASE WHEN %(reset)s THEN requests.now + %(window)s ELSE job.run_at END
     FROM requests
     WHERE job.id = %(seen_job_id)s AND job.status = 'queued' AND job.attempt = 0 AND job.run_at > requests.now

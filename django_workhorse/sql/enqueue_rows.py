@@ -20,7 +20,8 @@ REQUEST_COLUMNS = (
     ("key_hash", "bytea"),
     ("key_preview", "text"), ("mode", "text"), ("request_digest", "bytea"),
     ("field_digests", "jsonb"), ("lifetime", "interval"), ("scheduled_for", "timestamptz"),
-    ("trace_context", "jsonb"), ("breaker_key", "text"),
+    ("trace_context", "jsonb"), ("breaker_key", "text"), ("rate_limit", "text"), ("rate_partition", "text"),
+    ("partition_key", "text"),
 )  # fmt: skip
 COLUMNS = tuple(name for name, _ in REQUEST_COLUMNS)
 KINDS = dict(REQUEST_COLUMNS)
@@ -36,7 +37,8 @@ def request_values(ordinal: int, job: PreparedJob) -> tuple[Any, ...]:
         job.concurrency_key, job.concurrency_limit, binding and binding.scope, binding and binding.key_hash,
         binding and binding.key_preview, binding and binding.mode.value, binding and binding.request_digest,
         binding and _json_digests(binding.field_digests), binding and binding.lifetime,
-        job.scheduled_for, job.trace_context_json, job.breaker_key,
+        job.scheduled_for, job.trace_context_json, job.breaker_key, job.rate_limit, job.rate_partition,
+        job.partition_key,
     )  # fmt: skip
 
 
@@ -73,7 +75,7 @@ def json_unkeyed_row(ordinal: int, job: PreparedJob) -> str:
         f"{job.max_attempts},{job.retry_policy_json},{_json_time(job.deadline)},{_json_micros(job.timeout)},"
         f"{'null' if job.concurrency_key is None else quote(job.concurrency_key)},"
         f"{'null' if job.concurrency_limit is None else job.concurrency_limit},{_json_time(job.scheduled_for)},"
-        f"{job.trace_context_json or 'null'},{_json_text(job.breaker_key)}]"
+        f"{job.trace_context_json or 'null'},{_admission_texts(job)}]"
     )
 
 
@@ -91,7 +93,7 @@ def json_row(ordinal: int, job: PreparedJob) -> str:
         f"{'null' if job.concurrency_key is None else quote(job.concurrency_key)},"
         f"{'null' if job.concurrency_limit is None else job.concurrency_limit},"
     )
-    tail = f",{_json_time(job.scheduled_for)},{job.trace_context_json or 'null'},{_json_text(job.breaker_key)}]"
+    tail = f",{_json_time(job.scheduled_for)},{job.trace_context_json or 'null'},{_admission_texts(job)}]"
     if binding is None:
         return head + "null,null,null,null,null,null,null" + tail
     return (
@@ -111,6 +113,14 @@ def _json_digests(digests: dict[str, str]) -> str:
 
 # JSON string quoting without json.dumps' per-call set-up (the C function json.dumps itself uses).
 _quote: Callable[[str], str] = json.encoder.encode_basestring
+
+
+def _admission_texts(job: PreparedJob) -> str:
+    # Admission columns, in REQUEST_COLUMNS order; all NULL for most jobs (one string for them).
+    if job.breaker_key is None and job.rate_limit is None and job.rate_partition is None and job.partition_key is None:
+        return "null,null,null,null"
+    texts = (job.breaker_key, job.rate_limit, job.rate_partition, job.partition_key)
+    return ",".join(_json_text(text) for text in texts)
 
 
 def _json_text(value: str | None) -> str:
