@@ -18,7 +18,10 @@ from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.db import connections
 
 from django_workhorse import conf, sql
+from django_workhorse.admission.fair import QUEUE_OPTIONS
 from django_workhorse.conf import app_settings
+from django_workhorse.enqueueing.validation import check_queue
+from django_workhorse.exceptions import InvalidArgumentError
 
 # Set while the commands that evaluate or show the schedules run the checks (see
 # schedule_problems_reported_elsewhere).
@@ -69,7 +72,7 @@ def _positive_durations() -> list[CheckMessage]:
 @register
 def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[CheckMessage]:
     """WORKHORSE_* settings must have the right type and stay within bounds (workhorse.E002-E010, E201-E202,
-    E209, E301, E401)."""
+    E209, E301, E401, E410-E411)."""
     errors: list[CheckMessage] = []
     size = _configured("MAX_PAYLOAD_BYTES")
     if not isinstance(size, int) or isinstance(size, bool) or not 1 <= size <= conf.MAX_PAYLOAD_BYTES_LIMIT:
@@ -111,6 +114,7 @@ def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
     errors.extend(_schedule_settings())
     errors.extend(_metrics_token())
     errors.extend(_max_snoozes())
+    errors.extend(_queue_options())
     return errors
 
 
@@ -121,6 +125,39 @@ def _max_snoozes() -> list[CheckMessage]:
     if isinstance(value, int) and not isinstance(value, bool) and low <= value <= high:
         return []
     return [Error(f"WORKHORSE_MAX_SNOOZES must be an integer in {low}..{high}, got {value!r}.", id="workhorse.E401")]
+
+
+def _queue_options() -> list[CheckMessage]:
+    """WORKHORSE_QUEUES: a dict of queue names (workhorse.E411) to dicts of known options (workhorse.E410)."""
+    queues = _configured("QUEUES")
+    if not isinstance(queues, dict):
+        return [
+            Error(f"WORKHORSE_QUEUES must be a dict of queue names to options, got {queues!r}.", id="workhorse.E410")
+        ]
+    errors: list[CheckMessage] = []
+    for queue, options in queues.items():
+        try:
+            check_queue(queue, "WORKHORSE_QUEUES key", error=InvalidArgumentError)
+        except InvalidArgumentError as exc:
+            errors.append(Error(str(exc), id="workhorse.E411"))
+            continue
+        errors.extend(_queue_option_problems(queue, options))
+    return errors
+
+
+def _queue_option_problems(queue: str, options: object) -> list[CheckMessage]:
+    where = f"WORKHORSE_QUEUES[{queue!r}]"
+    if not isinstance(options, dict):
+        return [Error(f"{where} must be a dict of options ({', '.join(sorted(QUEUE_OPTIONS))}), got {options!r}.",
+                      id="workhorse.E410")]  # fmt: skip
+    unknown = sorted(map(repr, set(options) - QUEUE_OPTIONS))
+    errors: list[CheckMessage] = []
+    if unknown:
+        known = ", ".join(sorted(QUEUE_OPTIONS))
+        errors.append(Error(f"{where} has unknown options {', '.join(unknown)} (known: {known}).", id="workhorse.E410"))
+    if "fair" in options and not isinstance(options["fair"], bool):
+        errors.append(Error(f"{where}['fair'] must be True or False, got {options['fair']!r}.", id="workhorse.E410"))
+    return errors
 
 
 def _metrics_token() -> list[CheckMessage]:

@@ -172,6 +172,11 @@ class WorkhorseSettings:
         "How many times a job may snooze (a handler raising Snooze); the snooze after that makes it dead "
         "(100; 1..100,000).",
     )
+    QUEUES: Setting[dict[str, dict[str, Any]]] = Setting(
+        {},
+        'Options per queue name: {"reports": {"fair": True}} claims the queue round-robin across its jobs\' '
+        "partition keys (see docs/fair-queues.md).",
+    )
     SCHEDULES: Setting[dict[str, Any]] = Setting(
         {},
         'Periodic schedules by name: {"name": {"task": ..., "cron": ... or "every": ..., ...}} (see docs/schedules.md).',

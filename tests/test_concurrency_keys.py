@@ -458,8 +458,8 @@ def test_racing_claims_over_several_keys_never_exceed_a_limit_and_leave_nothing_
     assert not Job.objects.filter(status=JobStatus.QUEUED, concurrency_key=None).exists()
 
 
-# What CLAIM and CLAIM_JOB begin with, to find them in pg_stat_activity.
-CLAIM_PREFIX = os.path.commonprefix([workhorse_sql.claims.CLAIM, workhorse_sql.claims.CLAIM_JOB])
+# What CLAIM and CLAIM_JOB begin with, up to their first parameter, to find them in pg_stat_activity.
+CLAIM_PREFIX = os.path.commonprefix([workhorse_sql.claims.CLAIM, workhorse_sql.claims.CLAIM_JOB]).split("%(")[0]
 
 
 @contextmanager
@@ -581,7 +581,16 @@ def test_a_claim_skips_a_key_another_claim_is_taking_slots_of_without_waiting():
     unkeyed = enqueue("tests.record", {})
     with connect_directly(autocommit=False) as other:
         taken = other.execute(
-            workhorse_sql.claims.CLAIM, {"queues": ["default"], "limit": 1, "lease": LEASE, "worker": "other"}
+            workhorse_sql.claims.CLAIM,
+            {
+                "queues": ["default"],
+                "fair_queues": [],
+                "fair_after": [],
+                "fair_unkeyed": [],
+                "limit": 1,
+                "lease": LEASE,
+                "worker": "other",
+            },
         ).fetchall()
         assert len(taken) == 1  # holds KEY's advisory lock until it commits
 

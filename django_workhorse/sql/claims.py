@@ -66,26 +66,93 @@ BOUNDED_TRACE_CONTEXT = (
     f"left(job.trace_context->>'traceparent', {MAX_TRACEPARENT_CHARS}))) END"
 )
 # The columns of CLAIM's ``claimed`` answer (ClaimedJob's fields, bar claimed_at, plus the order columns).
-CLAIMED_COLUMNS = 19
+CLAIMED_COLUMNS = 20
+# A candidate's concurrency key has a free slot (see above), tried while scanning so that a key whose
+# slots are all taken never blocks the jobs behind it.
+FREE_CONCURRENCY_KEY = f"""CASE WHEN concurrency_key IS NULL THEN true
+                   ELSE pg_try_advisory_xact_lock({CONCURRENCY_LOCK_CLASS}, hashtext(concurrency_key))
+                        AND (SELECT count(*) FROM workhorse_job AS running
+                         WHERE running.status = 'running' AND running.concurrency_key = job.concurrency_key)
+                        < job.concurrency_limit END"""
+CANDIDATE_COLUMNS = "id, priority, run_at, concurrency_key, concurrency_limit, breaker_key"
+# The first partition key of a fair queue after ``after`` with ready work (a key whose jobs are all
+# scheduled later is passed over inside the index: run_at is one of its columns).
+NEXT_FAIR_KEY = """SELECT min(partition_key) AS key FROM workhorse_job
+             WHERE status = 'queued' AND partition_key IS NOT NULL AND queue = visited.queue
+               AND partition_key > {after} AND run_at <= clock_timestamp()"""
+# Fair queues (decision 0021, "Fair share"): %(fair_queues)s, each with %(fair_after)s, the partition
+# key this worker's previous claim of it ended at ('' at first), and %(fair_unkeyed)s, whether to
+# look for its jobs without a partition key. ``fair_keys`` is a loose index scan over
+# workhorse_job_fair_ready_idx: one index descent per key with ready work, in key order from just
+# after the cursor, wrapping round to the first key, each key once, at most limit - U keys (U the
+# fair queues whose unkeyed jobs are looked for; at least one key). Each key gives its head: at most
+# ``share`` = ceil(limit / (keys + U)) jobs in claim order. A fair queue's unkeyed jobs are one more
+# key, read through the ready index past the queue's keyed jobs (as many as precede them), so the
+# worker looks for them only while it finds some, and otherwise once per recheck interval
+# (admission.fair). A claim of a fair queue with more keys than its batch takes one job from each
+# of the next keys, and none is cut by the final LIMIT. The recursion is only as deep as the keys
+# it finds, and an empty %(fair_queues)s (most workers) seeds nothing: the fair branches then read
+# no row and cost the claim nothing.
 CLAIM = f"""
-WITH candidates AS (
+WITH RECURSIVE fair AS (
+    SELECT asked.queue, asked.after, asked.unkeyed
+    FROM unnest(%(fair_queues)s::text[], %(fair_after)s::text[], %(fair_unkeyed)s::boolean[]) AS asked(queue, after, unkeyed)
+    WHERE NOT EXISTS (SELECT 1 FROM workhorse_queue AS paused WHERE paused.queue = asked.queue AND paused.paused)
+),
+fair_keys(queue, after, key, n, wrapped) AS (
+    SELECT queue, after, after, 0, false FROM fair
+    UNION ALL
+    SELECT visited.queue, visited.after, step.key, visited.n + 1, step.wrapped
+    FROM fair_keys AS visited, LATERAL (
+        (SELECT later.key, visited.wrapped FROM ({NEXT_FAIR_KEY.format(after="visited.key")}) AS later
+         WHERE later.key IS NOT NULL AND (NOT visited.wrapped OR later.key <= visited.after))
+        UNION ALL
+        (SELECT lowest.key, true FROM ({NEXT_FAIR_KEY.format(after="''")}) AS lowest
+         WHERE NOT visited.wrapped AND lowest.key <= visited.after)
+        LIMIT 1
+    ) AS step
+    WHERE visited.n < greatest(%(limit)s - (SELECT count(*) FROM fair WHERE unkeyed), 1)
+),
+fair_share AS (
+    SELECT ceil(%(limit)s::numeric / greatest(count(*) + (SELECT count(*) FROM fair WHERE unkeyed), 1))::int AS share
+    FROM fair_keys WHERE n > 0
+),
+candidates AS (
+    SELECT pool.* FROM (
     SELECT ready.id, ready.priority, ready.run_at, ready.concurrency_key, ready.concurrency_limit, ready.breaker_key
     FROM (SELECT queue FROM unnest(%(queues)s::text[]) AS asked(queue)
           WHERE NOT EXISTS (SELECT 1 FROM workhorse_queue AS paused
                             WHERE paused.queue = asked.queue AND paused.paused)) AS wanted,
     LATERAL (
-        SELECT id, priority, run_at, concurrency_key, concurrency_limit, breaker_key FROM workhorse_job AS job
+        SELECT {CANDIDATE_COLUMNS} FROM workhorse_job AS job
         WHERE status = 'queued' AND queue = wanted.queue AND run_at <= clock_timestamp()
-          AND CASE WHEN concurrency_key IS NULL THEN true
-                   ELSE pg_try_advisory_xact_lock({CONCURRENCY_LOCK_CLASS}, hashtext(concurrency_key))
-                        AND (SELECT count(*) FROM workhorse_job AS running
-                         WHERE running.status = 'running' AND running.concurrency_key = job.concurrency_key)
-                        < job.concurrency_limit END
+          AND {FREE_CONCURRENCY_KEY}
         ORDER BY priority DESC, run_at, id
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED
     ) AS ready
-    ORDER BY ready.priority DESC, ready.run_at, ready.id
+    UNION ALL
+    SELECT head.* FROM fair_keys, LATERAL (
+        SELECT {CANDIDATE_COLUMNS} FROM workhorse_job AS job
+        WHERE status = 'queued' AND partition_key IS NOT NULL AND queue = fair_keys.queue
+          AND partition_key = fair_keys.key AND run_at <= clock_timestamp() AND {FREE_CONCURRENCY_KEY}
+        ORDER BY priority DESC, run_at, id
+        LIMIT (SELECT share FROM fair_share)
+        FOR UPDATE SKIP LOCKED
+    ) AS head
+    WHERE fair_keys.n > 0
+    UNION ALL
+    SELECT unkeyed.* FROM fair, LATERAL (
+        SELECT {CANDIDATE_COLUMNS} FROM workhorse_job AS job
+        WHERE status = 'queued' AND queue = fair.queue AND run_at <= clock_timestamp()
+          AND partition_key IS NULL AND {FREE_CONCURRENCY_KEY}
+        ORDER BY priority DESC, run_at, id
+        LIMIT (SELECT share FROM fair_share)
+        FOR UPDATE SKIP LOCKED
+    ) AS unkeyed
+    WHERE fair.unkeyed
+    ) AS pool
+    ORDER BY pool.priority DESC, pool.run_at, pool.id
     LIMIT %(limit)s
 ),
 gated AS (
@@ -172,7 +239,8 @@ claimed AS (
               job.scheduled_for, {BOUNDED_TRACE_CONTEXT} AS trace_context,
               extract(epoch FROM clock_timestamp() - job.run_at)::float8 AS waited, job.priority, job.run_at,
               job.snoozes, job.breaker_key,
-              coalesce((SELECT half_opened FROM canary_jobs WHERE canary_jobs.id = job.id), false) AS half_opened
+              coalesce((SELECT half_opened FROM canary_jobs WHERE canary_jobs.id = job.id), false) AS half_opened,
+              job.partition_key
 ),
 events AS (
     INSERT INTO workhorse_job_event (job_id, kind, attempt, at, details)
@@ -391,6 +459,7 @@ class ClaimedJob:
     snoozes: int = 0  # how many times the job snoozed before this attempt
     breaker_key: str | None = None  # the circuit breaker it runs behind, if any
     half_opened: bool = False  # its claim moved its breaker from open to half-open (the first canary)
+    partition_key: str | None = None  # its fair share's key, if any
 
 
 # Two workers that pick the same free concurrency slot at once: the second claims again. Two claims
@@ -418,10 +487,31 @@ USE_GENERIC_PLANS_LOCALLY = "SET LOCAL plan_cache_mode = force_generic_plan"
 _generic_plan_connections: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
-def claim(alias: str, *, queues: Sequence[str], limit: int, lease: timedelta, worker: str) -> Claimed:
+def claim(
+    alias: str,
+    *,
+    queues: Sequence[str],
+    limit: int,
+    lease: timedelta,
+    worker: str,
+    fair_queues: Sequence[tuple[str, str, bool]] = (),
+) -> Claimed:
     """Run CLAIM (with generic plans when it is prepared); return the leased jobs in priority order,
-    and how many candidates a circuit breaker held back."""
-    params = {"queues": list(queues), "limit": limit, "lease": lease, "worker": worker}
+    and how many candidates a circuit breaker held back.
+
+    ``queues`` are read in claim order; ``fair_queues`` are ``(queue, after, unkeyed)``: a queue read
+    in fair share from just after the partition key ``after`` ("" to start at the first key), its
+    jobs without a key looked for when ``unkeyed``.
+    """
+    params = {
+        "queues": list(queues),
+        "fair_queues": [queue for queue, _, _ in fair_queues],
+        "fair_after": [after for _, after, _ in fair_queues],
+        "fair_unkeyed": [unkeyed for _, _, unkeyed in fair_queues],
+        "limit": limit,
+        "lease": lease,
+        "worker": worker,
+    }
     if not app_settings.PREPARED_STATEMENTS:
         return _claim(alias, CLAIM, params)
     if connections[alias].settings_dict.get("DISABLE_SERVER_SIDE_CURSORS"):
@@ -442,7 +532,10 @@ def _use_generic_plans(alias: str) -> None:
 
 def claim_job(alias: str, *, job_id: int, lease: timedelta, worker: str, scheduled: bool = False) -> ClaimedJob | None:
     """Run CLAIM_JOB inside a savepoint; return the leased job, or None if it is not claimable now."""
-    params = {"job_id": job_id, "limit": 1, "lease": lease, "worker": worker, "scheduled": scheduled}
+    params = {
+        "job_id": job_id, "fair_queues": [], "fair_after": [], "fair_unkeyed": [], "limit": 1, "lease": lease, "worker": worker,
+        "scheduled": scheduled,
+    }  # fmt: skip
     jobs = _claim(alias, CLAIM_JOB, params, savepoint=True)
     return jobs[0] if jobs else None
 
@@ -477,7 +570,7 @@ def _claimed(row: Sequence[Any], claimed_at: float) -> ClaimedJob:
     return ClaimedJob(
         row[0], row[1], row[2], decode_json(row[3]), row[4], row[5], decode_json(row[6]), row[7], row[8], row[9],
         row[10], row[11], decode_json(row[12]), row[13], claimed_at, snoozes=row[16], breaker_key=row[17],
-        half_opened=row[18],
+        half_opened=row[18], partition_key=row[19],
     )  # fmt: skip
 
 

@@ -20,6 +20,7 @@ from datetime import timedelta
 from django.db import DatabaseError, close_old_connections, connections
 
 from django_workhorse import sql
+from django_workhorse.admission import fair
 from django_workhorse.admission import recording as breakers
 from django_workhorse.conf import DEFAULT_DRAIN_TIMEOUT, DEFAULT_LEASE, app_settings
 from django_workhorse.exceptions import WorkerThreadError
@@ -70,6 +71,9 @@ class Worker:
         scheduler: bool = True,
     ) -> None:
         self.queues = list(queues)
+        # Fair queues (WORKHORSE_QUEUES) are claimed in fair share, each from its cursor on.
+        self._queues_in_order, fair_queues = fair.split_queues(self.queues)
+        self._fair = fair.FairCursors(fair_queues)
         self.concurrency = concurrency
         self.batch = batch or concurrency
         # At most one claimed batch waits while every executor is busy.
@@ -166,7 +170,11 @@ class Worker:
         if limit <= 0:
             return 0
         started = instruments.clock()
-        jobs = sql.claims.claim(self.using, queues=self.queues, limit=limit, lease=self.lease, worker=self.name)
+        reads = self._fair.reads()
+        jobs = sql.claims.claim(
+            self.using, queues=self._queues_in_order, limit=limit, lease=self.lease, worker=self.name, fair_queues=reads
+        )
+        self._fair.advance(reads, jobs)
         instruments.claimed(time.perf_counter() - started)
         breakers.claimed(jobs)
         for job in jobs:
