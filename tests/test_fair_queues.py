@@ -7,10 +7,12 @@ from __future__ import annotations
 import json
 from collections import Counter
 from datetime import timedelta
+from io import StringIO
 from typing import Any
 
 import pytest
 from django.core.checks import Error
+from django.core.management import call_command
 from django.db import connection, transaction
 from django.test import override_settings
 
@@ -20,8 +22,10 @@ from django_workhorse.admission import fair
 from django_workhorse.checks import check_settings
 from django_workhorse.conf import MAX_QUEUE_CHARS
 from django_workhorse.models import JOB_FAIR_READY_IDX, JOB_READY_IDX, Job, JobStatus
+from django_workhorse.operations import fair as fair_status
 from django_workhorse.sql.claims import ClaimedJob
 from tests.conftest import race
+from tests.test_admin import body, login
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -288,3 +292,56 @@ def test_bad_queue_names_fail_the_check(name):
         errors = check_settings()
     assert [error.id for error in errors] == ["workhorse.E411"]
     assert "WORKHORSE_QUEUES key" in errors[0].msg
+
+
+# -- what an operator sees -------------------------------------------------------------------------------------------
+
+
+def status_json() -> dict[str, Any]:
+    out = StringIO()
+    call_command("workhorse_status", "--json", stdout=out)
+    report: dict[str, Any] = json.loads(out.getvalue())
+    return report
+
+
+def test_status_shows_each_fair_queues_keys_with_ready_work_and_the_largest():
+    assert status_json()["fair_queues"] == []
+    for n in range(fair_status.TOP_KEYS + 2):
+        enqueue_keyed(f"tenant-{n}", n + 1)
+    enqueue_keyed(None, 4)
+    enqueue("tests.record", {}, EnqueueOptions(queue=QUEUE, partition_key="later", delay=timedelta(hours=1)))
+    with override_settings(WORKHORSE_QUEUES={QUEUE: {"fair": True}, "other": {"fair": False}}):
+        [entry] = status_json()["fair_queues"]
+        out = StringIO()
+        call_command("workhorse_status", stdout=out)
+    assert entry == {
+        "queue": QUEUE,
+        "keys_with_ready_work": fair_status.TOP_KEYS + 2,
+        "unkeyed_ready": 4,
+        "top_keys": [{"key": f"tenant-{n}", "ready": n + 1} for n in range(fair_status.TOP_KEYS + 1, 1, -1)],
+    }
+    text = out.getvalue()
+    assert "Fair queues" in text and "tenant-6 (7), tenant-5 (6)" in text
+
+
+def test_the_gauge_counts_keys_with_ready_work_per_fair_queue():
+    pytest.importorskip("prometheus_client")
+    from django_workhorse.observability.metrics.gauges import DatabaseGauges
+
+    enqueue_keyed("tenant-a", 3)
+    enqueue_keyed("tenant-b", 1)
+    with override_settings(WORKHORSE_QUEUES={QUEUE: {"fair": True}}):
+        metrics = {metric.name: metric for metric in DatabaseGauges(ttl=0).collect()}
+    [sample] = metrics["workhorse_fair_queue_keys"].samples
+    assert (sample.labels, sample.value) == ({"queue": QUEUE}, 2.0)
+
+
+def test_the_dashboard_marks_fair_queues(client, django_user_model):
+    enqueue_keyed("tenant-a", 1)
+    enqueue_keyed(None, 1, queue="plain")
+    login(client, django_user_model, "viewer", ("view_job",))
+    with override_settings(WORKHORSE_QUEUES={QUEUE: {"fair": True}}):
+        page = body(client.get("/admin/workhorse/job/dashboard/"))
+    rows = {row.split('"')[0]: row for row in page.split('<tr data-queue="')[1:]}
+    assert 'data-field="fair"' in rows[QUEUE].split("</tr>")[0]
+    assert 'data-field="fair"' not in rows["plain"].split("</tr>")[0]

@@ -2,7 +2,8 @@
 
 Usage: ``DATABASE_URL=... python tests/worker_main.py [workhorse_worker options]``. The settings are
 ``tests.settings``; pass the test database through ``DATABASE_URL``, and schedules through
-``WORKHORSE_TEST_SCHEDULES`` (JSON, ``every`` in seconds) and ``WORKHORSE_TEST_SCHEDULE_INTERVAL``. ``Worker.stop`` is wrapped to
+``WORKHORSE_TEST_SCHEDULES`` (JSON, ``every`` in seconds) and ``WORKHORSE_TEST_SCHEDULE_INTERVAL``, and queue options
+through ``WORKHORSE_TEST_QUEUES`` (JSON). ``Worker.stop`` is wrapped to
 set ``tests.worker_tasks.STOP_REQUESTED`` as well, so a running handler can observe the stop.
 """
 
@@ -59,6 +60,9 @@ def _schedules_from_environment() -> None:
     interval = os.environ.get("WORKHORSE_TEST_SCHEDULE_INTERVAL")
     if interval:
         overrides["WORKHORSE_SCHEDULE_INTERVAL"] = timedelta(seconds=float(interval))
+    queues = os.environ.get("WORKHORSE_TEST_QUEUES")
+    if queues:
+        overrides["WORKHORSE_QUEUES"] = json.loads(queues)
     if overrides:
         override_settings(**overrides).enable()
 

@@ -1,4 +1,4 @@
-"""The dashboard page: queue depths (paused queues marked), failing jobs, throughput over the last hour, recent failures,
+"""The dashboard page: queue depths (paused and fair queues marked), failing jobs, throughput over the last hour, recent failures,
 workers (alive or stale), next ticks, and per scope the live bindings and what the keys saved."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from django_workhorse.observability import instruments, keyed_rates
 from django_workhorse.operations import stats
+from django_workhorse.operations.fair import fair_queues
 from django_workhorse.schedules import overview as schedule_overview
 
 from .display import error_head, error_summary
@@ -45,6 +46,7 @@ def dashboard_view(model_admin: admin.ModelAdmin, request: HttpRequest) -> HttpR
         "depths": depths,
         "queue_rows": [(depth, paused.get(depth.queue)) for depth in depths],
         "paused": list(paused.values()),
+        "fair_queues": set(fair_queues()),
         "throughput": throughput,
         "chart": throughput_chart(throughput),
         "failures": [(job, error_summary(error_head(job))) for job in stats.recent_failures()],

@@ -1,5 +1,5 @@
 """``manage.py workhorse_status``: warnings (work no worker will run, paused queues with jobs, open
-circuit breakers), queue depths, paused queues, throughput, workers, schedules, circuit breakers and
+circuit breakers), queue depths, paused queues, throughput, workers, schedules, circuit breakers, fair queues and
 idempotency keys by scope, as tables or JSON.
 
 Names come from code, settings and the database (queues, job types, scopes, schedules, workers' hosts): every
@@ -27,6 +27,7 @@ from django_workhorse.observability.keyed_rates import ScopeDedup, ScopeRate
 from django_workhorse.observability.log_fields import printable
 from django_workhorse.observability.metrics import multiprocess_dir
 from django_workhorse.operations.breakers import BreakerStatus, breaker_states
+from django_workhorse.operations.fair import TOP_KEYS, FairQueueStatus, fair_queue_states
 from django_workhorse.operations.stats import (
     PausedQueue,
     QueueDepth,
@@ -141,6 +142,7 @@ class Command(BaseCommand):
         registered = workers(using=database)
         schedules = overview(using=database, now=now)
         breakers = breaker_states(using=database, now=now)
+        fair = fair_queue_states(using=database, now=now)
         left_out = left_out_schedules()
         rates = None
         if first is not None:
@@ -150,7 +152,18 @@ class Command(BaseCommand):
         scopes = keyed_rates.by_scope(live_bindings(using=database, now=now), rates)
         if as_json:
             self._write_json(
-                warnings, depths, paused, failing, finished, registered, schedules, left_out, scopes, now, breakers
+                warnings,
+                depths,
+                paused,
+                failing,
+                finished,
+                registered,
+                schedules,
+                left_out,
+                scopes,
+                now,
+                breakers,
+                fair,
             )
             return
         self._write_warnings(warnings)
@@ -169,6 +182,9 @@ class Command(BaseCommand):
         if breakers:  # like the paused queues: only for projects that have some
             self._write_breakers(breakers)
             self.stdout.write("")
+        if fair:  # only for projects that declare fair queues
+            self._write_fair(fair)
+            self.stdout.write("")
         self._write_scopes(scopes, window, rates)
 
     def _write_json(
@@ -184,6 +200,7 @@ class Command(BaseCommand):
         scopes: list[ScopeDedup],
         now: datetime,
         breakers: list[BreakerStatus],
+        fair: list[FairQueueStatus],
     ) -> None:
         report = {
             "warnings": [warning.as_json() for warning in warnings],
@@ -201,6 +218,7 @@ class Command(BaseCommand):
             ],
             "scopes": [line.as_json() for line in scopes],
             "breakers": [breaker.as_json() for breaker in breakers],
+            "fair_queues": [queue.as_json() for queue in fair],
         }
         self.stdout.write(json.dumps(report, indent=2))
 
@@ -212,6 +230,20 @@ class Command(BaseCommand):
         ]
         headers = ["breaker", "now", "failures in window", "held jobs", "last transition", "changed (UTC)"]
         for line in format_table(headers, rows, right=[2, 3]):
+            self.stdout.write(line)
+
+    def _write_fair(self, fair: list[FairQueueStatus]) -> None:
+        self.stdout.write(f"Fair queues (ready work by partition key; the {TOP_KEYS} largest keys)")
+        rows = [
+            [
+                f.queue,
+                f.keys_with_ready_work,
+                f.unkeyed_ready,
+                ", ".join(f"{key} ({n})" for key, n in f.top_keys) or "-",
+            ]
+            for f in fair
+        ]
+        for line in format_table(["queue", "keys with ready work", "unkeyed ready", "top keys"], rows, right=[1, 2]):
             self.stdout.write(line)
 
     def _write_warnings(self, warnings: list[StatusWarning]) -> None:

@@ -1,5 +1,5 @@
 """Gauges read from PostgreSQL when the metrics are scraped: queue depths, the oldest ready job's
-age, live workers, paused queues, circuit breakers' states and held jobs. The numbers are ``stats.queue_depths()``'s (those of the dashboard and
+age, live workers, paused queues, circuit breakers' states and held jobs, fair queues' keys with ready work. The numbers are ``stats.queue_depths()``'s (those of the dashboard and
 ``workhorse_status``), read at most once per ``ttl`` seconds, so scrapes from several Prometheus
 servers cost one set of queries.
 """
@@ -20,6 +20,7 @@ from prometheus_client.registry import Collector
 from django_workhorse.models import BreakerState
 from django_workhorse.operations import stats
 from django_workhorse.operations.breakers import breaker_states
+from django_workhorse.operations.fair import fair_queue_states
 from django_workhorse.operations.stats import STATES
 
 logger = logging.getLogger(__name__)
@@ -82,7 +83,15 @@ def _read() -> list[Metric]:
     )
     for queue, is_paused in stats.queue_pauses():
         paused.add_metric([queue], 1 if is_paused else 0)
-    return [jobs, oldest, workers, paused, *_breaker_gauges(now)]
+    # Labelled by queue only (the queues WORKHORSE_QUEUES declares fair), never by partition key.
+    keys = GaugeMetricFamily(
+        "workhorse_fair_queue_keys",
+        "Partition keys with ready work in each fair queue (its jobs without a key not counted).",
+        labels=["queue"],
+    )
+    for state in fair_queue_states(now=now):
+        keys.add_metric([state.queue], state.keys_with_ready_work)
+    return [jobs, oldest, workers, paused, *_breaker_gauges(now), keys]
 
 
 def _breaker_gauges(now: datetime) -> list[Metric]:
