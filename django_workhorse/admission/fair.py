@@ -25,9 +25,13 @@ FIRST_KEY = ""
 UNKEYED_RECHECK = 1.0
 
 
-class Claimed(Protocol):
-    queue: str
-    partition_key: str | None
+class ClaimedJob(Protocol):
+    """What the cursors read of a claimed job (``sql.claims.ClaimedJob``)."""
+
+    @property
+    def queue(self) -> str: ...
+    @property
+    def partition_key(self) -> str | None: ...
 
 
 def is_fair(queue: str) -> bool:
@@ -75,7 +79,7 @@ class FairCursors:
         now = time.monotonic()
         return [(queue, at.after, at.unkeyed_due <= now) for queue, at in self._positions.items()]
 
-    def advance(self, reads: Sequence[tuple[str, str, bool]], jobs: Sequence[Claimed]) -> None:
+    def advance(self, reads: Sequence[tuple[str, str, bool]], jobs: Sequence[ClaimedJob]) -> None:
         """Move past what the claim that made ``reads`` took."""
         for queue, after, unkeyed in reads:
             mine = [job.partition_key for job in jobs if job.queue == queue]

@@ -89,8 +89,8 @@ def _read() -> list[Metric]:
         "Partition keys with ready work in each fair queue (its jobs without a key not counted).",
         labels=["queue"],
     )
-    for state in fair_queue_states(now=now):
-        keys.add_metric([state.queue], state.keys_with_ready_work)
+    for fair_queue in fair_queue_states(now=now):
+        keys.add_metric([fair_queue.queue], fair_queue.keys_with_ready_work)
     return [jobs, oldest, workers, paused, *_breaker_gauges(now), keys]
 
 
