@@ -581,7 +581,8 @@ def test_a_claim_skips_a_key_another_claim_is_taking_slots_of_without_waiting():
     unkeyed = enqueue("tests.record", {})
     with connect_directly(autocommit=False) as other:
         taken = other.execute(
-            workhorse_sql.claims.CLAIM, {"queues": ["default"], "limit": 1, "lease": LEASE, "worker": "other"}
+            workhorse_sql.claims.CLAIM,
+            {"queues": ["default"], "limit": 1, "lease": LEASE, "worker": "other", "rate_limits": "{}"},
         ).fetchall()
         assert len(taken) == 1  # holds KEY's advisory lock until it commits
 

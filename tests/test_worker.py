@@ -594,7 +594,7 @@ def test_claim_uses_the_ready_index_with_a_large_finished_backlog(queues):
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE workhorse_job")
 
-    params = {"queues": queues, "limit": 10, "lease": timedelta(seconds=30), "worker": "explain"}
+    params = {"queues": queues, "limit": 10, "lease": timedelta(seconds=30), "worker": "explain", "rate_limits": "{}"}
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute("EXPLAIN (FORMAT JSON) " + workhorse_sql.claims.CLAIM, params)
         plan = _json(cursor.fetchone()[0])[0]["Plan"]

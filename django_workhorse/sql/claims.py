@@ -16,6 +16,7 @@ from django.db import IntegrityError, OperationalError, connections, transaction
 
 from django_workhorse.conf import app_settings
 from django_workhorse.models import JOB_CONCURRENCY_SLOT_UNIQ
+from django_workhorse.sql import rate_limits
 from django_workhorse.sql.breakers import appended_transition
 from django_workhorse.sql.connection import constraint_name, decode_json, execute, run
 
@@ -66,15 +67,49 @@ BOUNDED_TRACE_CONTEXT = (
     f"left(job.trace_context->>'traceparent', {MAX_TRACEPARENT_CHARS}))) END"
 )
 # The columns of CLAIM's ``claimed`` answer (ClaimedJob's fields, bar claimed_at, plus the order columns).
-CLAIMED_COLUMNS = 19
+CLAIMED_COLUMNS = 20
+# Rate limits (decision 0021, "Rate limits"; the grant is sql.rate_limits'): admitted candidates whose
+# rate_limit is configured (%(rate_limits)s, the limits as one jsonb parameter; a name missing from
+# it runs unlimited) are grouped per budget in claim order (``metered``, ``demand``); one upsert
+# per budget (``budgets``) grants the first k and moves the row; the others are held (``rate_held``)
+# at consecutive slots of the budget's reservation tail, one emission interval apart, so a backlog
+# comes back one job per slot. A granted job's started_at is the instant its grant was computed
+# at, the one the budget counted. The upsert proposes the fresh row's values; its DO UPDATE reads
+# the demand and the instant back from EXCLUDED (n = admitted + deferred, now = changed_at).
+_US = rate_limits.MICROSECOND
+_T_OF_RATE_LIMIT = rate_limits.interval_of("rate_limit")
+_T_OF_NAME, _TAU_OF_NAME = rate_limits.interval_of("name"), rate_limits.tolerance_of("name")
+# A budget's first row: a full budget at now.
+_FRESH_K = rate_limits.granted("n", "now", "now", "t", "tau")
+_FRESH_TAT = rate_limits.moved("now", "now", "t", _FRESH_K)
+_FRESH_RESERVED = rate_limits.reserved("NULL", _FRESH_TAT, "t", "tau", f"n - {_FRESH_K}")
+# The next version of a budget's row, from the latest committed one (budget.*) and EXCLUDED.
+_T, _TAU = rate_limits.interval_of("EXCLUDED.name"), rate_limits.tolerance_of("EXCLUDED.name")
+_N = "(EXCLUDED.admitted + EXCLUDED.deferred)"
+_K = rate_limits.granted(_N, "EXCLUDED.changed_at", "budget.tat", _T, _TAU)
+_NEXT_TAT = rate_limits.moved("EXCLUDED.changed_at", "budget.tat", _T, _K)
+# Held again: a job that came back at its slot and still found no start (another claim, or its
+# worker's lateness, took it). The first of a claim takes the budget's next conformance instant,
+# ahead of the tail, so that an instant lost to lateness is not lost to the budget's use too;
+# the others go to the tail's end, so that jobs held again never crowd one instant.
+_HEAD = (
+    "(SELECT least(count(*), 1) FROM metered WHERE metered.name = EXCLUDED.name "
+    f"AND metered.part = EXCLUDED.partition AND metered.reheld AND metered.nth > {_K})"
+)
+_NEXT_RESERVED = rate_limits.reserved(
+    "budget.reserved_until", f"{_NEXT_TAT} + {_HEAD} * {_T} * {_US}", _T, _TAU, f"{_N} - {_K} - {_HEAD}"
+)
 CLAIM = f"""
 WITH candidates AS (
-    SELECT ready.id, ready.priority, ready.run_at, ready.concurrency_key, ready.concurrency_limit, ready.breaker_key
+    SELECT ready.id, ready.priority, ready.run_at, ready.concurrency_key, ready.concurrency_limit, ready.breaker_key,
+           ready.rate_limit, ready.rate_partition, ready.held_since
     FROM (SELECT queue FROM unnest(%(queues)s::text[]) AS asked(queue)
           WHERE NOT EXISTS (SELECT 1 FROM workhorse_queue AS paused
                             WHERE paused.queue = asked.queue AND paused.paused)) AS wanted,
     LATERAL (
-        SELECT id, priority, run_at, concurrency_key, concurrency_limit, breaker_key FROM workhorse_job AS job
+        SELECT id, priority, run_at, concurrency_key, concurrency_limit, breaker_key, rate_limit, rate_partition,
+               held_since
+        FROM workhorse_job AS job
         WHERE status = 'queued' AND queue = wanted.queue AND run_at <= clock_timestamp()
           AND CASE WHEN concurrency_key IS NULL THEN true
                    ELSE pg_try_advisory_xact_lock({CONCURRENCY_LOCK_CLASS}, hashtext(concurrency_key))
@@ -119,11 +154,77 @@ canary_jobs AS (
     WHERE gated.nth = 1
 ),
 admitted AS (
-    SELECT id, priority, run_at, concurrency_key, concurrency_limit FROM candidates WHERE breaker_key IS NULL
+    SELECT id, priority, run_at, concurrency_key, concurrency_limit, rate_limit, rate_partition, held_since
+    FROM candidates WHERE breaker_key IS NULL
     UNION ALL
-    SELECT id, priority, run_at, concurrency_key, concurrency_limit FROM candidates
+    SELECT id, priority, run_at, concurrency_key, concurrency_limit, rate_limit, rate_partition, held_since
+    FROM candidates
     WHERE breaker_key IS NOT NULL
       AND (id NOT IN (SELECT id FROM gated) OR id IN (SELECT id FROM canary_jobs))
+),
+metered AS (
+    SELECT id, rate_limit AS name, coalesce(rate_partition, '') AS part, held_since IS NOT NULL AS reheld,
+           row_number() OVER (PARTITION BY rate_limit, coalesce(rate_partition, '')
+                              ORDER BY priority DESC, run_at, id) AS nth
+    FROM admitted WHERE rate_limit IS NOT NULL AND {_T_OF_RATE_LIMIT} IS NOT NULL
+),
+demand AS (
+    SELECT name, part, count(*) AS n, clock_timestamp() AS now, {_T_OF_NAME} AS t, {_TAU_OF_NAME} AS tau
+    FROM metered GROUP BY name, part
+),
+budgets AS (
+    INSERT INTO workhorse_rate_budget AS budget
+        (name, partition, tat, reserved_until, granted, admitted, deferred, changed_at)
+    SELECT name, part, {_FRESH_TAT}, {_FRESH_RESERVED}, {_FRESH_K}, {_FRESH_K}, n - {_FRESH_K}, now
+    FROM demand
+    ORDER BY name, part
+    ON CONFLICT (name, partition) DO UPDATE
+    SET granted = {_K},
+        tat = {_NEXT_TAT},
+        reserved_until = {_NEXT_RESERVED},
+        admitted = budget.admitted + {_K},
+        deferred = budget.deferred + {_N} - {_K},
+        changed_at = EXCLUDED.changed_at
+    RETURNING budget.name, budget.partition, budget.granted, budget.tat, budget.reserved_until, budget.changed_at
+),
+rate_verdicts AS (
+    SELECT id, granted, now,
+           CASE WHEN head THEN tat - tau * {_US}
+                ELSE reserved_until - (count(*) OVER tail - row_number() OVER (tail ORDER BY nth) + 1) * t * {_US}
+           END AS slot
+    FROM (
+        SELECT *, NOT granted AND reheld AND row_number() OVER (PARTITION BY name, part, reheld, granted ORDER BY nth) = 1
+                  AS head
+        FROM (
+            SELECT metered.id, metered.name, metered.part, metered.nth, metered.reheld,
+                   metered.nth <= budgets.granted AS granted, budgets.changed_at AS now, budgets.tat,
+                   budgets.reserved_until, demand.t, demand.tau
+            FROM metered
+            JOIN budgets ON budgets.name = metered.name AND budgets.partition = metered.part
+            JOIN demand ON demand.name = metered.name AND demand.part = metered.part
+        ) AS verdicts
+    ) AS placed
+    WINDOW tail AS (PARTITION BY name, part, granted OR head)
+),
+rate_held AS (
+    UPDATE workhorse_job AS job
+    SET run_at = rate_verdicts.slot, held_since = coalesce(job.held_since, clock_timestamp())
+    FROM rate_verdicts
+    WHERE job.id = rate_verdicts.id AND NOT rate_verdicts.granted
+    RETURNING job.id, job.attempt, job.rate_limit, job.rate_partition, job.run_at
+),
+rate_held_events AS (
+    INSERT INTO workhorse_job_event (job_id, kind, attempt, at, details)
+    SELECT id, 'held', attempt, clock_timestamp(),
+           jsonb_build_object('rate_limit', rate_limit, 'partition', rate_partition, 'until', run_at)
+    FROM rate_held
+),
+runnable AS (
+    SELECT id, priority, run_at, concurrency_key, concurrency_limit, NULL::timestamptz AS started FROM admitted
+    WHERE rate_limit IS NULL OR {_T_OF_RATE_LIMIT} IS NULL
+    UNION ALL
+    SELECT admitted.id, priority, run_at, concurrency_key, concurrency_limit, rate_verdicts.now FROM admitted
+    JOIN rate_verdicts ON rate_verdicts.id = admitted.id AND rate_verdicts.granted
 ),
 held AS (
     UPDATE workhorse_job AS job
@@ -140,13 +241,13 @@ held_events AS (
     FROM held
 ),
 keyed AS (
-    SELECT id, concurrency_key,
+    SELECT id, concurrency_key, started,
            row_number() OVER (PARTITION BY concurrency_key ORDER BY priority DESC, run_at, id) AS nth
-    FROM admitted WHERE concurrency_key IS NOT NULL
+    FROM runnable WHERE concurrency_key IS NOT NULL
 ),
 free_slots AS (
     SELECT keys.concurrency_key, slot, row_number() OVER (PARTITION BY keys.concurrency_key ORDER BY slot) AS nth
-    FROM (SELECT concurrency_key, min(concurrency_limit) AS slots FROM admitted
+    FROM (SELECT concurrency_key, min(concurrency_limit) AS slots FROM runnable
           WHERE concurrency_key IS NOT NULL GROUP BY concurrency_key) AS keys,
     generate_series(1, keys.slots) AS slot
     WHERE NOT EXISTS (
@@ -156,14 +257,14 @@ free_slots AS (
     )
 ),
 chosen AS (
-    SELECT id, NULL::smallint AS slot FROM admitted WHERE concurrency_key IS NULL
+    SELECT id, NULL::smallint AS slot, started FROM runnable WHERE concurrency_key IS NULL
     UNION ALL
-    SELECT keyed.id, free_slots.slot::smallint FROM keyed JOIN free_slots USING (concurrency_key, nth)
+    SELECT keyed.id, free_slots.slot::smallint, keyed.started FROM keyed JOIN free_slots USING (concurrency_key, nth)
 ),
 claimed AS (
     UPDATE workhorse_job AS job
     SET status = 'running', attempt = job.attempt + 1, lease_token = gen_random_uuid(),
-        lease_expires_at = clock_timestamp() + %(lease)s, started_at = clock_timestamp(),
+        lease_expires_at = clock_timestamp() + %(lease)s, started_at = coalesce(chosen.started, clock_timestamp()),
         claimed_by = %(worker)s, concurrency_slot = chosen.slot, held_since = NULL
     FROM chosen
     WHERE job.id = chosen.id
@@ -172,16 +273,19 @@ claimed AS (
               job.scheduled_for, {BOUNDED_TRACE_CONTEXT} AS trace_context,
               extract(epoch FROM clock_timestamp() - job.run_at)::float8 AS waited, job.priority, job.run_at,
               job.snoozes, job.breaker_key,
-              coalesce((SELECT half_opened FROM canary_jobs WHERE canary_jobs.id = job.id), false) AS half_opened
+              coalesce((SELECT half_opened FROM canary_jobs WHERE canary_jobs.id = job.id), false) AS half_opened,
+              job.rate_limit
 ),
 events AS (
     INSERT INTO workhorse_job_event (job_id, kind, attempt, at, details)
     SELECT id, 'claimed', attempt, clock_timestamp(), jsonb_build_object('worker', %(worker)s::text)
     FROM claimed
 )
-SELECT *, NULL::bigint AS held FROM claimed
+SELECT *, NULL::bigint AS held, NULL::float8 AS next_slot FROM claimed
 UNION ALL
-SELECT {", ".join(["NULL"] * CLAIMED_COLUMNS)}, count(*) FROM held HAVING count(*) > 0
+SELECT {", ".join(["NULL"] * CLAIMED_COLUMNS)}, count(*),
+       (SELECT extract(epoch FROM min(run_at) - clock_timestamp())::float8 FROM rate_held)
+FROM (SELECT id FROM held UNION ALL SELECT id FROM rate_held) AS refused HAVING count(*) > 0
 ORDER BY priority DESC, run_at, id
 """
 
@@ -364,9 +468,11 @@ LOAD_CHECKPOINT = "SELECT value FROM workhorse_checkpoint WHERE job_id = %(job_i
 
 
 class Claimed(list["ClaimedJob"]):
-    """The jobs a claim leased, in priority order; ``held`` counts the candidates it held back."""
+    """The jobs a claim leased, in priority order; ``held`` counts the candidates it held back, and
+    ``next_slot`` is how many seconds from now the earliest job a rate limit held is due (or None)."""
 
     held: int = 0
+    next_slot: float | None = None
 
 
 @dataclass(frozen=True)
@@ -391,6 +497,7 @@ class ClaimedJob:
     snoozes: int = 0  # how many times the job snoozed before this attempt
     breaker_key: str | None = None  # the circuit breaker it runs behind, if any
     half_opened: bool = False  # its claim moved its breaker from open to half-open (the first canary)
+    rate_limit: str | None = None  # the rate limit it started under, if any
 
 
 # Two workers that pick the same free concurrency slot at once: the second claims again. Two claims
@@ -418,10 +525,13 @@ USE_GENERIC_PLANS_LOCALLY = "SET LOCAL plan_cache_mode = force_generic_plan"
 _generic_plan_connections: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
-def claim(alias: str, *, queues: Sequence[str], limit: int, lease: timedelta, worker: str) -> Claimed:
+def claim(
+    alias: str, *, queues: Sequence[str], limit: int, lease: timedelta, worker: str, rate_limits: str = "{}"
+) -> Claimed:
     """Run CLAIM (with generic plans when it is prepared); return the leased jobs in priority order,
-    and how many candidates a circuit breaker held back."""
-    params = {"queues": list(queues), "limit": limit, "lease": lease, "worker": worker}
+    and how many candidates a circuit breaker or a rate limit held back. ``rate_limits`` is the
+    configured limits as ``admission.rate_limits.claim_parameter`` gives them."""
+    params = {"queues": list(queues), "limit": limit, "lease": lease, "worker": worker, "rate_limits": rate_limits}
     if not app_settings.PREPARED_STATEMENTS:
         return _claim(alias, CLAIM, params)
     if connections[alias].settings_dict.get("DISABLE_SERVER_SIDE_CURSORS"):
@@ -440,9 +550,14 @@ def _use_generic_plans(alias: str) -> None:
         _generic_plan_connections.add(raw)
 
 
-def claim_job(alias: str, *, job_id: int, lease: timedelta, worker: str, scheduled: bool = False) -> ClaimedJob | None:
+def claim_job(
+    alias: str, *, job_id: int, lease: timedelta, worker: str, scheduled: bool = False, rate_limits: str = "{}"
+) -> ClaimedJob | None:
     """Run CLAIM_JOB inside a savepoint; return the leased job, or None if it is not claimable now."""
-    params = {"job_id": job_id, "limit": 1, "lease": lease, "worker": worker, "scheduled": scheduled}
+    params = {
+        "job_id": job_id, "limit": 1, "lease": lease, "worker": worker, "scheduled": scheduled,
+        "rate_limits": rate_limits,
+    }  # fmt: skip
     jobs = _claim(alias, CLAIM_JOB, params, savepoint=True)
     return jobs[0] if jobs else None
 
@@ -467,7 +582,9 @@ def _claim(
             continue
         claimed_at = time.perf_counter()
         claimed = Claimed(_claimed(row, claimed_at) for row in rows if row[0] is not None)
-        claimed.held = sum(row[-1] for row in rows if row[0] is None)
+        refused = [row for row in rows if row[0] is None]
+        claimed.held = sum(row[-2] for row in refused)
+        claimed.next_slot = next((row[-1] for row in refused if row[-1] is not None), None)
         return claimed
     return Claimed()
 
@@ -477,7 +594,7 @@ def _claimed(row: Sequence[Any], claimed_at: float) -> ClaimedJob:
     return ClaimedJob(
         row[0], row[1], row[2], decode_json(row[3]), row[4], row[5], decode_json(row[6]), row[7], row[8], row[9],
         row[10], row[11], decode_json(row[12]), row[13], claimed_at, snoozes=row[16], breaker_key=row[17],
-        half_opened=row[18],
+        half_opened=row[18], rate_limit=row[19],
     )  # fmt: skip
 
 
