@@ -3,6 +3,7 @@
 The budgets are the ones workers' claims spend (``WORKHORSE_RATE_LIMITS``, one row per limit and
 partition): code that calls the provider directly and jobs under the same limit share it, exactly.
 Usage: ``from django_workhorse import rate_limits; rate_limits.acquire("stripe", timeout=5)``.
+``budgets`` and ``budget_totals`` are what ``workhorse_status``, the dashboard and the metrics show.
 """
 
 from __future__ import annotations
@@ -14,12 +15,14 @@ from typing import Any
 from django.db import DEFAULT_DB_ALIAS
 
 from django_workhorse import conf
-from django_workhorse.admission.rate_limits import RateLimit, check_name, configured
+from django_workhorse.admission.rate_limits import RateLimit, check_name, claim_parameter, configured
 from django_workhorse.enqueueing.storable import check_text
 from django_workhorse.exceptions import RateLimitTimeoutError, RateLimitValidationError
 from django_workhorse.sql import rate_limits as statements
 
 MAX_ACQUIRE_TIMEOUT = timedelta(days=1)
+# The most budgets status and the dashboard list (partitions can be many; the metrics sum them).
+MAX_LISTED_BUDGETS = 100
 
 
 def acquire(
@@ -49,6 +52,25 @@ def available(name: str, partition: str | None = None, *, using: str = DEFAULT_D
     """How many starts the budget of ``name`` (and ``partition``) has now, on the database's clock."""
     limit, key = _budget(name, partition)
     return statements.available(using, name=name, partition=key, t=limit.interval_us, tau=limit.tolerance_us)
+
+
+def budgets(*, using: str | None = None, limit: int = MAX_LISTED_BUDGETS) -> list[statements.Budget]:
+    """The budgets (one per limit, or per partition of a partitioned limit) with their counts and
+    what each has available now, by name and partition; at most ``limit`` of them."""
+    return statements.budgets(_read_alias(using), claim_parameter(), limit=limit)
+
+
+def budget_totals(*, using: str | None = None) -> list[statements.Budget]:
+    """Per limit name, its budgets summed (partitions counted in ``partitions``)."""
+    return statements.budget_totals(_read_alias(using), claim_parameter())
+
+
+def _read_alias(using: str | None) -> str:
+    from django.db import router
+
+    from django_workhorse.models import RateBudget
+
+    return using or router.db_for_read(RateBudget)
 
 
 def _budget(name: str, partition: str | None) -> tuple[RateLimit, str]:

@@ -76,37 +76,56 @@ SELECT coalesce((SELECT {granted("%(most)s", "clock_timestamp()", "budget.tat", 
                  WHERE budget.name = %(name)s AND budget.partition = %(partition)s), %(most)s)
 """
 
-# budgets: every budget row with what is available now under its configured limit (NULL for a
-# limit no longer configured), by name and partition; at most %(limit)s rows.
+# What a budget row has available now under its configured limit (%(limits)s; NULL for a limit no
+# longer configured): a full budget is 1 + burst starts.
+_T_OF_ROW, _TAU_OF_ROW = interval_of("budget.name", "%(limits)s"), tolerance_of("budget.name", "%(limits)s")
+_AVAILABLE_NOW = (
+    f"CASE WHEN {_T_OF_ROW} IS NULL THEN NULL "
+    f"ELSE {granted(f'{_TAU_OF_ROW} / {_T_OF_ROW} + 1', 'clock_timestamp()', 'budget.tat', _T_OF_ROW, _TAU_OF_ROW)} END"
+)
+
+# budgets: the budget rows, with what each has available now, by name and partition; at most
+# %(limit)s rows (workhorse_rate_budget_name_partition_uniq gives the order).
 BUDGETS = f"""
-SELECT budget.name, budget.partition, budget.admitted, budget.deferred, budget.tat, budget.changed_at,
-       CASE WHEN {interval_of("budget.name", "%(limits)s")} IS NULL THEN NULL
-            ELSE {
-    granted(
-        f"{tolerance_of('budget.name', '%(limits)s')} / {interval_of('budget.name', '%(limits)s')} + 1",
-        "clock_timestamp()",
-        "budget.tat",
-        interval_of("budget.name", "%(limits)s"),
-        tolerance_of("budget.name", "%(limits)s"),
-    )
-} END
+SELECT budget.name, budget.partition, budget.admitted, budget.deferred, {_AVAILABLE_NOW}, budget.changed_at
 FROM workhorse_rate_budget AS budget
 ORDER BY budget.name, budget.partition
 LIMIT %(limit)s
 """
 
+# budget_totals: per limit name, its partitions summed (what the metrics gauges show).
+BUDGET_TOTALS = f"""
+SELECT budget.name, count(*), sum(budget.admitted)::bigint, sum(budget.deferred)::bigint,
+       sum({_AVAILABLE_NOW})::bigint
+FROM workhorse_rate_budget AS budget
+GROUP BY budget.name
+ORDER BY budget.name
+"""
+
 
 @dataclass(frozen=True)
 class Budget:
-    """One budget row as status and metrics show it; ``available`` is None when its limit is gone."""
+    """One budget (a limit's, or one partition's; ``partitions`` of them summed in totals) as status,
+    the dashboard and the metrics show it; ``available`` is None when its limit is not configured."""
 
     name: str
     partition: str
     admitted: int
     deferred: int
-    tat: datetime
-    changed_at: datetime
     available: int | None
+    changed_at: datetime | None = None
+    partitions: int = 1
+
+    def as_json(self) -> dict[str, object]:
+        """Return a JSON-ready dict (instants in ISO 8601)."""
+        return {
+            "name": self.name,
+            "partition": self.partition,
+            "admitted": self.admitted,
+            "deferred": self.deferred,
+            "available": self.available,
+            "changed_at": self.changed_at.isoformat() if self.changed_at else None,
+        }
 
 
 def acquire(alias: str, *, name: str, partition: str, t: int, tau: int) -> tuple[bool, float]:
@@ -121,7 +140,18 @@ def available(alias: str, *, name: str, partition: str, t: int, tau: int) -> int
     return int(execute(alias, AVAILABLE, params)[0][0])
 
 
-def budgets(alias: str, limits_json: str, *, limit: int = 1000) -> list[Budget]:
-    """Run BUDGETS with the configured limits (claim_parameter's jsonb)."""
+def budgets(alias: str, limits_json: str, *, limit: int) -> list[Budget]:
+    """Run BUDGETS with the configured limits (``claim_parameter``'s jsonb)."""
     rows: Sequence[Sequence[Any]] = execute(alias, BUDGETS, {"limits": limits_json, "limit": limit})
-    return [Budget(*row) for row in rows]
+    return [
+        Budget(name, partition, admitted, deferred, available, changed)
+        for name, partition, admitted, deferred, available, changed in rows
+    ]
+
+
+def budget_totals(alias: str, limits_json: str) -> list[Budget]:
+    """Run BUDGET_TOTALS: one Budget per limit name (``partition`` empty, ``partitions`` counted)."""
+    rows: Sequence[Sequence[Any]] = execute(alias, BUDGET_TOTALS, {"limits": limits_json})
+    return [
+        Budget(name, "", admitted, deferred, available, partitions=n) for name, n, admitted, deferred, available in rows
+    ]

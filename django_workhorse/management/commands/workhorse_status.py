@@ -1,6 +1,6 @@
 """``manage.py workhorse_status``: warnings (work no worker will run, paused queues with jobs, open
-circuit breakers), queue depths, paused queues, throughput, workers, schedules, circuit breakers and
-idempotency keys by scope, as tables or JSON.
+circuit breakers), queue depths, paused queues, throughput, workers, schedules, circuit breakers, rate
+limits (per limit and partition) and idempotency keys by scope, as tables or JSON.
 
 Names come from code, settings and the database (queues, job types, scopes, schedules, workers' hosts): every
 table cell goes through ``printable``, so a name cannot move the cursor or recolour the terminal.
@@ -20,6 +20,7 @@ from django.db import router
 from django.utils import timezone
 from django.utils.module_loading import autodiscover_modules
 
+from django_workhorse import rate_limits
 from django_workhorse.checks import schedule_problems_reported_elsewhere
 from django_workhorse.models import Job
 from django_workhorse.observability import instruments, keyed_rates
@@ -44,6 +45,7 @@ from django_workhorse.operations.stats import (
 from django_workhorse.schedules.evaluation import left_out_schedules
 from django_workhorse.schedules.overview import ScheduleOverview, overview
 from django_workhorse.schedules.sources import ScheduleProblem
+from django_workhorse.sql.rate_limits import Budget
 
 MAX_RATE_WINDOW_SECONDS = 300
 
@@ -106,7 +108,7 @@ class Command(BaseCommand):
         "Show warnings (ready jobs no live worker takes, job types no handler knows, queued jobs in paused "
         "queues, open circuit breakers), queue depths with the failing jobs (waiting for a retry) and the oldest "
         "ready job's age, the paused queues, throughput over the last hour, the workers, the schedules, the "
-        "circuit breakers and, per idempotency scope, the live bindings and what the keys saved."
+        "circuit breakers, the rate limits' budgets and, per idempotency scope, the live bindings and what the keys saved."
     )
 
     def check(self, *args: Any, **kwargs: Any) -> None:
@@ -141,6 +143,7 @@ class Command(BaseCommand):
         registered = workers(using=database)
         schedules = overview(using=database, now=now)
         breakers = breaker_states(using=database, now=now)
+        budgets = rate_limits.budgets(using=database)
         left_out = left_out_schedules()
         rates = None
         if first is not None:
@@ -150,8 +153,9 @@ class Command(BaseCommand):
         scopes = keyed_rates.by_scope(live_bindings(using=database, now=now), rates)
         if as_json:
             self._write_json(
-                warnings, depths, paused, failing, finished, registered, schedules, left_out, scopes, now, breakers
-            )
+                warnings, depths, paused, failing, finished, registered, schedules, left_out, scopes, now, breakers,
+                budgets,
+            )  # fmt: skip
             return
         self._write_warnings(warnings)
         self.stdout.write("")
@@ -169,6 +173,9 @@ class Command(BaseCommand):
         if breakers:  # like the paused queues: only for projects that have some
             self._write_breakers(breakers)
             self.stdout.write("")
+        if budgets:  # likewise: only once a job or an acquire spent a rate limit
+            self._write_rate_limits(budgets)
+            self.stdout.write("")
         self._write_scopes(scopes, window, rates)
 
     def _write_json(
@@ -184,6 +191,7 @@ class Command(BaseCommand):
         scopes: list[ScopeDedup],
         now: datetime,
         breakers: list[BreakerStatus],
+        budgets: list[Budget],
     ) -> None:
         report = {
             "warnings": [warning.as_json() for warning in warnings],
@@ -201,6 +209,7 @@ class Command(BaseCommand):
             ],
             "scopes": [line.as_json() for line in scopes],
             "breakers": [breaker.as_json() for breaker in breakers],
+            "rate_limits": [budget.as_json() for budget in budgets],
         }
         self.stdout.write(json.dumps(report, indent=2))
 
@@ -213,6 +222,18 @@ class Command(BaseCommand):
         headers = ["breaker", "now", "failures in window", "held jobs", "last transition", "changed (UTC)"]
         for line in format_table(headers, rows, right=[2, 3]):
             self.stdout.write(line)
+
+    def _write_rate_limits(self, budgets: list[Budget]) -> None:
+        self.stdout.write("Rate limits")
+        rows = [
+            [b.name, b.partition or "—", b.admitted, b.deferred, "unlimited" if b.available is None else b.available]
+            for b in budgets
+        ]
+        headers = ["limit", "partition", "admitted", "deferred", "available now"]
+        for line in format_table(headers, rows, right=[2, 3, 4]):
+            self.stdout.write(line)
+        if len(budgets) >= rate_limits.MAX_LISTED_BUDGETS:
+            self.stdout.write(f"(the first {rate_limits.MAX_LISTED_BUDGETS} budgets by name and partition)")
 
     def _write_warnings(self, warnings: list[StatusWarning]) -> None:
         self.stdout.write("Warnings")
