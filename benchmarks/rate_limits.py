@@ -157,7 +157,7 @@ def accuracy(args: argparse.Namespace) -> None:
 
 def work(rate: int, index: int) -> None:
     """One worker process of --accuracy: 8 threads, batch 50, until SIGTERM."""
-    setup_django(DATABASE)
+    setup_django(DATABASE, migrate=False)  # the parent did; two migrating at once collide
     from django.conf import settings
 
     settings.WORKHORSE_RATE_LIMITS = limits(rate, int(os.environ["BENCH_RATE_BURST"]))

@@ -739,7 +739,13 @@ def test_only_the_claim_statements_touch_concurrency_slots():
         and "concurrency_slot" in value
     ]
 
-    assert writers == ["claims.CLAIM", "claims.CLAIM_JOB"]
+    assert writers == [
+        "claims._CLAIM_TEMPLATE",
+        "claims.CLAIM",
+        "claims.CLAIM_RATED",
+        "claims.CLAIM_JOB",
+        "claims.CLAIM_JOB_RATED",
+    ]
 
 
 # -- redrive and the database keep a key's limit ---------------------------------------------------------------------
