@@ -95,3 +95,4 @@ def test_a_held_jobs_page_and_timeline_name_the_rate_limit(client, django_user_m
     login(client, django_user_model, "viewer", VIEW_PERMS)
     page = body(client.get(change_url(JOBS, job.pk)))
     assert f"queued, held by rate limit stripe since {job.held_since:%Y-%m-%d %H:%M:%S} UTC" in page
+    assert "rate_limit" in page and "until" in page  # the timeline's held event, with its details

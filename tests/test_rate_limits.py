@@ -334,3 +334,22 @@ def test_acquire_refuses_bad_input(settings, name, partition, timeout, field):
         rate_limits.acquire(name, partition, timeout=timeout)
     assert caught.value.field == field
     assert not RateBudget.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_facing_only_rate_held_work_does_not_spin(settings, monkeypatch):
+    from tests.worker_tasks import make_worker, running, wait_for
+
+    settings.WORKHORSE_RATE_LIMITS = {"hourly": RateLimit(1, per=timedelta(hours=1))}
+    ids = [enqueue(RECORD + ".noop", {"n": i}, rate_limit="hourly") for i in range(5)]
+    calls = []
+    real = claims.claim
+    monkeypatch.setattr(claims, "claim", lambda *a, **k: calls.append(1) or real(*a, **k))
+    with running(make_worker(poll_interval=0.05, concurrency=2)):
+        wait_for(lambda: Job.objects.filter(pk__in=ids, status=JobStatus.SUCCEEDED).count() == 1, 10)
+        wait_for(lambda: Job.objects.filter(pk__in=ids, held_since__isnull=False).count() == 4, 10)
+        before = len(calls)
+        threading.Event().wait(0.5)  # the window measured, not a synchronisation: about 10 polls
+        during = len(calls) - before
+    assert 1 <= during <= 20  # it polls; a spinning loop would claim thousands of times
+    assert Job.objects.filter(pk__in=ids, status=JobStatus.QUEUED, attempt=0).count() == 4
