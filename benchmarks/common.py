@@ -27,8 +27,9 @@ CREATE INDEX bench_jobs_todo ON bench_jobs (queue, priority DESC, id) WHERE stat
 """
 
 
-def setup_django(database: str = "workhorse_bench", *, code: Path | None = None) -> None:
-    """Configure Django on DATABASE_URL or the embedded PostgreSQL, and migrate.
+def setup_django(database: str = "workhorse_bench", *, code: Path | None = None, migrate: bool = True) -> None:
+    """Configure Django on DATABASE_URL or the embedded PostgreSQL, and migrate (unless ``migrate``
+    is false: a helper process of a run whose parent migrated).
 
     ``code`` puts another checkout's django_workhorse first on sys.path (to measure a baseline).
     """
@@ -49,7 +50,8 @@ def setup_django(database: str = "workhorse_bench", *, code: Path | None = None)
         LOGGING_CONFIG=None,
     )
     django.setup()
-    call_command("migrate", verbosity=0)
+    if migrate:
+        call_command("migrate", verbosity=0)
 
 
 def reset_tables() -> None:

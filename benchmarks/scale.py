@@ -318,7 +318,13 @@ def plans(alias: str) -> dict[str, str]:
     enqueue_many([EnqueueRequest("bench.noop", PAYLOAD) for _ in range(2)], using=alias)
     try:
         with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
-            params = {"queues": ["default"], "limit": 1, "lease": timedelta(minutes=5), "worker": "bench"}
+            params = {
+                "queues": ["default"],
+                "limit": 1,
+                "lease": timedelta(minutes=5),
+                "worker": "bench",
+                "rate_limits": "{}",
+            }
             cursor.execute("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + CLAIM, params)
             out["claim"] = "\n".join(r[0] for r in cursor.fetchall())
             (job,) = sql.claims.claim(alias, queues=["default"], limit=1, lease=timedelta(minutes=5), worker="b")

@@ -6,6 +6,7 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
 from django_workhorse.admission.breakers import Breaker
+from django_workhorse.admission.rate_limits import RateLimit
 from django_workhorse.exceptions import (
     AttemptTimeoutError,
     BreakerValidationError,
@@ -27,6 +28,8 @@ from django_workhorse.exceptions import (
     KeyNotSettledError,
     LeaseLostError,
     OutcomeValidationError,
+    RateLimitTimeoutError,
+    RateLimitValidationError,
     RedriveConflictError,
     ResultNotStorableError,
     ScheduleDefinitionError,
@@ -154,6 +157,9 @@ __all__ = [
     "NonReplaceableReason",
     "Operation",
     "OutcomeValidationError",
+    "RateLimit",
+    "RateLimitTimeoutError",
+    "RateLimitValidationError",
     "RedriveConflictError",
     "ResultNotStorableError",
     "Retry",

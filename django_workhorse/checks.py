@@ -18,6 +18,7 @@ from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.db import connections
 
 from django_workhorse import conf, sql
+from django_workhorse.admission import rate_limits
 from django_workhorse.admission.fair import QUEUE_OPTIONS
 from django_workhorse.conf import app_settings
 from django_workhorse.enqueueing.validation import check_queue
@@ -72,7 +73,7 @@ def _positive_durations() -> list[CheckMessage]:
 @register
 def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[CheckMessage]:
     """WORKHORSE_* settings must have the right type and stay within bounds (workhorse.E002-E010, E201-E202,
-    E209, E301, E401, E410-E411)."""
+    E209, E301, E401, E402, E410-E411)."""
     errors: list[CheckMessage] = []
     size = _configured("MAX_PAYLOAD_BYTES")
     if not isinstance(size, int) or isinstance(size, bool) or not 1 <= size <= conf.MAX_PAYLOAD_BYTES_LIMIT:
@@ -115,7 +116,16 @@ def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
     errors.extend(_metrics_token())
     errors.extend(_max_snoozes())
     errors.extend(_queue_options())
+    errors.extend(_rate_limits())
     return errors
+
+
+def _rate_limits() -> list[CheckMessage]:
+    """WORKHORSE_RATE_LIMITS (workhorse.E402): a dict of names to RateLimit values."""
+    return [
+        Error(f"WORKHORSE_RATE_LIMITS {problem}.", id="workhorse.E402")
+        for problem in rate_limits.settings_errors(_configured("RATE_LIMITS"))
+    ]
 
 
 def _max_snoozes() -> list[CheckMessage]:

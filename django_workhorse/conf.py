@@ -50,6 +50,10 @@ MAX_BREAKER_TRANSITIONS = 20
 # Rate limits (WORKHORSE_RATE_LIMITS names them) and their partitions; fair share's partition keys.
 MAX_RATE_LIMIT_NAME_CHARS = 100
 MAX_RATE_PARTITION_BYTES = 256
+# A RateLimit's bounds: starts per period, the period, and the extra starts a burst may take.
+MIN_RATE_LIMIT, MAX_RATE_LIMIT = 1, 1_000_000
+MIN_RATE_PER, MAX_RATE_PER = timedelta(milliseconds=1), timedelta(days=1)
+MIN_RATE_BURST, MAX_RATE_BURST = 0, 1_000_000
 MAX_PARTITION_KEY_BYTES = 256
 # Snoozes a job may take (WORKHORSE_MAX_SNOOZES) before it is dead.
 DEFAULT_MAX_SNOOZES = 100
@@ -176,6 +180,11 @@ class WorkhorseSettings:
         {},
         'Options per queue name: {"reports": {"fair": True}} claims the queue round-robin across its jobs\' '
         "partition keys (see docs/fair-queues.md).",
+    )
+    RATE_LIMITS: Setting[dict[str, Any]] = Setting(
+        {},
+        'Named rate limits: {"stripe": RateLimit(100, per=timedelta(seconds=1))}; a job joins one with '
+        'rate_limit="stripe" (see docs/rate-limits.md).',
     )
     SCHEDULES: Setting[dict[str, Any]] = Setting(
         {},

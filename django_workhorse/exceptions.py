@@ -276,3 +276,22 @@ class DrainTimeoutError(WorkhorseError, TimeoutError):
             f", {waiting_transactions} transaction(s) older than the pause still open" if waiting_transactions else ""
         )
         super().__init__(f"queue {queue!r} did not drain within {timeout:g} s: {what}{older}; it stays paused")
+
+
+class RateLimitValidationError(InvalidArgumentError):
+    """A rate limit's definition, or an argument naming one, is out of its bounds; nothing was written."""
+
+
+class RateLimitTimeoutError(WorkhorseError, TimeoutError):
+    """``rate_limits.acquire`` found no start available within its timeout; nothing was spent.
+
+    ``name`` and ``partition`` name the budget; ``retry_after`` is how many seconds later its next
+    start was due when the wait gave up.
+    """
+
+    def __init__(self, name: str, partition: str | None, retry_after: float) -> None:
+        self.name = name
+        self.partition = partition
+        self.retry_after = retry_after
+        where = name if partition is None else f"{name}[{partition!r}]"
+        super().__init__(f"rate limit {where}: no start available in time (the next in {retry_after:.3f} s)")

@@ -15,6 +15,7 @@ from django_workhorse import (
     EnqueueRequest,
     EnqueueValidationError,
     Idempotency,
+    RateLimit,
     Unique,
     conf,
     enqueue,
@@ -24,6 +25,17 @@ from django_workhorse.models import Job
 
 OPTIONS = {"rate_limit": "stripe", "rate_partition": "acct_42", "partition_key": "tenant-7"}
 COLUMNS = tuple(OPTIONS)
+LIMITS = {
+    "stripe": RateLimit(100, partitioned=True),
+    "a": RateLimit(10),
+    "b": RateLimit(10, partitioned=True),
+    "r" * conf.MAX_RATE_LIMIT_NAME_CHARS: RateLimit(10),
+}
+
+
+@pytest.fixture(autouse=True)
+def _rate_limits(settings):
+    settings.WORKHORSE_RATE_LIMITS = LIMITS
 
 
 def _stored(job_id: int) -> dict[str, str | None]:
@@ -47,14 +59,16 @@ def test_a_batch_stores_the_admission_options_per_request():
         [
             EnqueueRequest("tests.record", {"n": 1}, EnqueueOptions(rate_limit="a", partition_key="t1")),
             EnqueueRequest("tests.record", {"n": 2}),
-            EnqueueRequest("tests.record", {"n": 3}, EnqueueOptions(rate_partition="p", unique=Unique("u-2"))),
+            EnqueueRequest(
+                "tests.record", {"n": 3}, EnqueueOptions(rate_limit="b", rate_partition="p", unique=Unique("u-2"))
+            ),
         ]
     )
     stored = [_stored(result.job_id) for result in results]
     assert stored == [
         {"rate_limit": "a", "rate_partition": None, "partition_key": "t1"},
         {"rate_limit": None, "rate_partition": None, "partition_key": None},
-        {"rate_limit": None, "rate_partition": "p", "partition_key": None},
+        {"rate_limit": "b", "rate_partition": "p", "partition_key": None},
     ]
 
 
@@ -68,12 +82,13 @@ def test_a_batch_stores_the_admission_options_per_request():
     ],
 )
 def test_admission_options_are_bounded_exactly(field, largest, bound):
-    assert _stored(enqueue("tests.record", {}, **{field: largest}))[field] == largest
+    joined = {"rate_limit": "b"} if field == "rate_partition" else {}
+    assert _stored(enqueue("tests.record", {}, **joined, **{field: largest}))[field] == largest
     one_past = largest + ("r" if bound == "chars" else "x")
     with transaction.atomic():
         for bad in (one_past, "", "a\x00b", "\ud800", 7):
             with pytest.raises(EnqueueValidationError) as caught:
-                enqueue("tests.record", {"bad": True}, **{field: bad})
+                enqueue("tests.record", {"bad": True}, **joined, **{field: bad})
             assert caught.value.field == field
         assert Job.objects.filter(payload__bad=True).count() == 0  # nothing written, transaction usable
 

@@ -590,6 +590,7 @@ def test_a_claim_skips_a_key_another_claim_is_taking_slots_of_without_waiting():
                 "limit": 1,
                 "lease": LEASE,
                 "worker": "other",
+                "rate_limits": "{}",
             },
         ).fetchall()
         assert len(taken) == 1  # holds KEY's advisory lock until it commits
@@ -747,7 +748,13 @@ def test_only_the_claim_statements_touch_concurrency_slots():
         and "concurrency_slot" in value
     ]
 
-    assert writers == ["claims.CLAIM", "claims.CLAIM_JOB"]
+    assert writers == [
+        "claims._CLAIM_TEMPLATE",
+        "claims.CLAIM",
+        "claims.CLAIM_RATED",
+        "claims.CLAIM_JOB",
+        "claims.CLAIM_JOB_RATED",
+    ]
 
 
 # -- redrive and the database keep a key's limit ---------------------------------------------------------------------

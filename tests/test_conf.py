@@ -8,7 +8,7 @@ import pytest
 from django.core.management import load_command_class
 from django.test import override_settings
 
-from django_workhorse import conf
+from django_workhorse import RateLimit, conf
 from django_workhorse.conf import app_settings
 from django_workhorse.models import Job
 from django_workhorse.types import EnqueueOptions
@@ -29,6 +29,7 @@ DEFAULTS = {
     "EAGER_PROPAGATES": True,
     "SCHEDULES": {},
     "QUEUES": {},
+    "RATE_LIMITS": {},
     "SCHEDULE_MAX_CATCH_UP": 100,
     "SCHEDULE_INTERVAL": timedelta(seconds=1),
     "IDEMPOTENT_RESPONSE_MAX_BYTES": 1024 * 1024,
@@ -52,6 +53,7 @@ OVERRIDES = {
     "EAGER_PROPAGATES": False,
     "SCHEDULES": {"s": {"task": "t", "every": timedelta(minutes=5)}},
     "QUEUES": {"reports": {"fair": True}},
+    "RATE_LIMITS": {"stripe": RateLimit(100)},
     "SCHEDULE_MAX_CATCH_UP": 5,
     "SCHEDULE_INTERVAL": timedelta(seconds=10),
     "IDEMPOTENT_RESPONSE_MAX_BYTES": 8192,

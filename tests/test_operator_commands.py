@@ -190,10 +190,12 @@ def test_status_json_matches_the_database(busy_queues):
     report = json.loads(out)
     assert set(report) == {
         "warnings", "queues", "paused_queues", "throughput", "workers", "schedules", "schedules_left_out", "scopes",
-        "breakers",
+        "breakers", "fair_queues", "rate_limits",
     }  # fmt: skip
     assert report["paused_queues"] == []
     assert report["breakers"] == []
+    assert report["fair_queues"] == []
+    assert report["rate_limits"] == []
     # w1 takes mail but its heartbeat is stale; the factory's job type has no handler.
     assert report["warnings"] == [
         {

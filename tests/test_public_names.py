@@ -34,6 +34,8 @@ PUBLIC = {
     "KeyNotSettledError": "django_workhorse.exceptions",
     "LeaseLostError": "django_workhorse.exceptions",
     "OutcomeValidationError": "django_workhorse.exceptions",
+    "RateLimitTimeoutError": "django_workhorse.exceptions",
+    "RateLimitValidationError": "django_workhorse.exceptions",
     "RedriveConflictError": "django_workhorse.exceptions",
     "ResultNotStorableError": "django_workhorse.exceptions",
     "ScheduleDefinitionError": "django_workhorse.exceptions",
@@ -56,6 +58,7 @@ PUBLIC = {
     "RetryPolicy": "django_workhorse.tasks.retry",
     "Schedule": "django_workhorse.schedules.definition",
     "Breaker": "django_workhorse.admission.breakers",
+    "RateLimit": "django_workhorse.admission.rate_limits",
     # Enqueue
     "enqueue": "django_workhorse.enqueueing.api",
     "enqueue_with_result": "django_workhorse.enqueueing.api",
@@ -124,7 +127,7 @@ def test_every_public_name_imports_from_the_package_in_a_fresh_process():
 def test_the_value_objects_import_before_django_is_set_up():
     code = (
         "from django_workhorse import Idempotency, Debounce, Throttle, Unique, RetryPolicy, Schedule, EnqueueOptions, "
-        "Snooze, Retry, Cancel, Fail, retry_after"
+        "Snooze, Retry, Cancel, Fail, retry_after, RateLimit"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr

@@ -596,7 +596,7 @@ def test_claim_uses_the_ready_index_with_a_large_finished_backlog(queues):
 
     params = {
         "queues": queues, "fair_queues": [], "fair_after": [], "fair_unkeyed": [], "limit": 10, "lease": timedelta(seconds=30),
-        "worker": "explain",
+        "worker": "explain", "rate_limits": "{}",
     }  # fmt: skip
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute("EXPLAIN (FORMAT JSON) " + workhorse_sql.claims.CLAIM, params)

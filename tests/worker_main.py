@@ -2,8 +2,9 @@
 
 Usage: ``DATABASE_URL=... python tests/worker_main.py [workhorse_worker options]``. The settings are
 ``tests.settings``; pass the test database through ``DATABASE_URL``, and schedules through
-``WORKHORSE_TEST_SCHEDULES`` (JSON, ``every`` in seconds) and ``WORKHORSE_TEST_SCHEDULE_INTERVAL``, and queue options
-through ``WORKHORSE_TEST_QUEUES`` (JSON). ``Worker.stop`` is wrapped to
+``WORKHORSE_TEST_SCHEDULES`` (JSON, ``every`` in seconds) and ``WORKHORSE_TEST_SCHEDULE_INTERVAL``, queue
+options through ``WORKHORSE_TEST_QUEUES`` (JSON), and rate limits through ``WORKHORSE_TEST_RATE_LIMITS``
+(JSON: name -> [limit, per in seconds, burst, partitioned]). ``Worker.stop`` is wrapped to
 set ``tests.worker_tasks.STOP_REQUESTED`` as well, so a running handler can observe the stop.
 """
 
@@ -29,7 +30,7 @@ def main(argv: list[str]) -> int:
     from django.core.management import call_command
 
     from django_workhorse.worker import Worker
-    from tests import breaker_tasks, worker_tasks  # noqa: F401 (their handlers register on import)
+    from tests import breaker_tasks, rate_tasks, worker_tasks  # noqa: F401 (their handlers register on import)
 
     stop = Worker.stop
 
@@ -57,6 +58,14 @@ def _schedules_from_environment() -> None:
             if "every" in entry:
                 entry["every"] = timedelta(seconds=entry["every"])
         overrides["WORKHORSE_SCHEDULES"] = entries
+    limits = os.environ.get("WORKHORSE_TEST_RATE_LIMITS")
+    if limits:
+        from django_workhorse import RateLimit
+
+        overrides["WORKHORSE_RATE_LIMITS"] = {
+            name: RateLimit(limit, per=timedelta(seconds=per), burst=burst, partitioned=partitioned)
+            for name, (limit, per, burst, partitioned) in json.loads(limits).items()
+        }
     interval = os.environ.get("WORKHORSE_TEST_SCHEDULE_INTERVAL")
     if interval:
         overrides["WORKHORSE_SCHEDULE_INTERVAL"] = timedelta(seconds=float(interval))

@@ -131,3 +131,10 @@ class BreakerAdmin(ReadOnlyAdmin):
 def held_line(job: Job) -> str:
     """How a job's page says a breaker holds it: "held by breaker K since <instant> UTC"."""
     return f"held by breaker {job.breaker_key} since {instant(job.held_since)} UTC"
+
+
+def rate_held_line(job: Job) -> str:
+    """How a job's page says a rate limit holds it: "held by rate limit N [partition] since <instant> UTC
+    until <instant> UTC" (until: its run_at, the slot its budget gave it)."""
+    where = job.rate_limit if job.rate_partition is None else f"{job.rate_limit} [{job.rate_partition}]"
+    return f"held by rate limit {where} since {instant(job.held_since)} UTC, until {instant(job.run_at)} UTC"

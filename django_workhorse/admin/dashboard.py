@@ -11,6 +11,7 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.utils import timezone
 
+from django_workhorse import rate_limits
 from django_workhorse.observability import instruments, keyed_rates
 from django_workhorse.operations import stats
 from django_workhorse.operations.fair import fair_queues
@@ -26,8 +27,8 @@ RECENT_KEYED = keyed_rates.RecentTotals()
 
 
 def dashboard_view(model_admin: admin.ModelAdmin, request: HttpRequest) -> HttpResponse:  # type: ignore[type-arg]
-    """Queue depths, throughput over the last hour, recent failures, workers and the schedules' next
-    ticks; refreshes itself.
+    """Queue depths, throughput over the last hour, recent failures, workers, the rate limits' budgets
+    and the schedules' next ticks; refreshes itself.
 
     Shown to whoever may view ``model_admin``'s model (the jobs).
     """
@@ -53,6 +54,7 @@ def dashboard_view(model_admin: admin.ModelAdmin, request: HttpRequest) -> HttpR
         "failing": failing,
         "failing_total": sum(count for _, count in failing),
         "workers": [(worker, worker_state(worker.heartbeat_at, now)) for worker in stats.workers()],
+        "rate_budgets": rate_limits.budgets(),
         "upcoming": schedule_overview.upcoming_ticks(now=now),
         "schedule_counts": schedule_overview.schedule_counts(),
         "scopes": keyed_rates.by_scope(stats.live_bindings(now=now), RECENT_KEYED.rates()),

@@ -36,7 +36,7 @@ from django_workhorse.operations.actions import cancel, purge, purgeable, redriv
 
 from .base import ReadOnlyAdmin, YesNoFilter, actor, has_permission, parse_id
 from .bindings import digest_prefix_filter
-from .breakers import held_line
+from .breakers import held_line, rate_held_line
 from .confirmation import Preview, confirm, confirmed_request_id, job_rows
 from .dashboard import dashboard_view
 from .display import (
@@ -236,6 +236,8 @@ class JobAdmin(ReadOnlyAdmin):
     def status_line(self, obj: Job) -> str:
         if obj.status == JobStatus.QUEUED and obj.held_since is not None and obj.breaker_key is not None:
             return f"{obj.status}, {held_line(obj)}"
+        if obj.status == JobStatus.QUEUED and obj.held_since is not None and obj.rate_limit is not None:
+            return f"{obj.status}, {rate_held_line(obj)}"
         return f"{FAILING} (queued, waiting for a retry)" if is_failing(obj) else obj.status
 
     @admin.display(description="last error")

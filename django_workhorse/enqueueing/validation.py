@@ -13,6 +13,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from django_workhorse import conf
+from django_workhorse.admission import rate_limits
 from django_workhorse.conf import app_settings
 from django_workhorse.enqueueing.fingerprints import (
     canonical_json,
@@ -407,4 +408,22 @@ def _check_admission_texts(options: EnqueueOptions) -> None:
     if options.partition_key is not None:
         check_text(
             options.partition_key, "partition_key", max_bytes=conf.MAX_PARTITION_KEY_BYTES, error=EnqueueValidationError
+        )
+    _check_rate_limit(options.rate_limit, options.rate_partition)
+
+
+def _check_rate_limit(name: str | None, partition: str | None) -> None:
+    """A job's rate_limit names a configured limit; rate_partition is given exactly when it is partitioned."""
+    if name is None:
+        if partition is not None:
+            raise EnqueueValidationError(field="rate_partition", bound="given only with a rate_limit")
+        return
+    limit = rate_limits.configured().get(name)
+    if limit is None:
+        raise EnqueueValidationError(field="rate_limit", bound="a name in WORKHORSE_RATE_LIMITS", value=name)
+    if limit.partitioned and partition is None:
+        raise EnqueueValidationError(field="rate_partition", bound=f"given: rate limit {name!r} is partitioned")
+    if not limit.partitioned and partition is not None:
+        raise EnqueueValidationError(
+            field="rate_partition", bound=f"omitted: rate limit {name!r} is not partitioned", value=partition
         )

@@ -102,7 +102,8 @@ class RateBudget(models.Model):
 
     ``tat`` is the budget's theoretical arrival time (the generic cell rate algorithm): an attempt
     may start at ``now`` while ``tat - now`` is within the limit's burst tolerance, and each start
-    moves ``tat`` one emission interval (``per / limit``) on. The claim updates the row with a
+    moves ``tat`` one emission interval (``per / limit``) on; jobs held for it are given consecutive
+    slots up to ``reserved_until``. The claim updates the row with a
     conditional ``UPDATE`` (decision 0021), so two claims never spend the same budget. ``partition``
     is ``""`` for a limit that is not partitioned.
     """
@@ -110,6 +111,9 @@ class RateBudget(models.Model):
     name = models.CharField(max_length=conf.MAX_RATE_LIMIT_NAME_CHARS)
     partition = models.CharField(max_length=conf.MAX_RATE_PARTITION_BYTES, blank=True, default="")
     tat = models.DateTimeField(help_text="The budget's theoretical arrival time (GCRA).")
+    reserved_until = models.DateTimeField(
+        null=True, blank=True, help_text="The first slot not yet promised to a job held for this budget."
+    )
     granted = models.IntegerField(default=0, help_text="Attempts the latest claim admitted under it.")
     admitted = models.BigIntegerField(default=0, help_text="Attempts admitted under it, in all.")
     deferred = models.BigIntegerField(default=0, help_text="Jobs held back for it, in all.")

@@ -70,7 +70,7 @@ class EventKind(models.TextChoices):
     RUN_NOW = "run_now"
     KEY_RELEASED = "key_released"
     SNOOZED = "snoozed"  # the handler raised Snooze: back to queued, no attempt consumed
-    HELD = "held"  # admission at claim deferred it (an open circuit breaker): no attempt consumed
+    HELD = "held"  # admission at claim deferred it (an open breaker, a spent rate budget): no attempt consumed
 
 
 class Job(models.Model):

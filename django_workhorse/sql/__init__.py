@@ -4,7 +4,7 @@ PostgreSQL-specific SQL lives in this package and nowhere else (a test enforces 
 concern, and callers name the concern: ``sql.enqueue`` (enqueue), ``sql.claims`` (the worker:
 claims, outcomes, leases, checkpoints), ``sql.actions`` (operator actions), ``sql.breakers`` (circuit breakers' state), ``sql.housekeeping``
 (purge, pruning, the worker registry), ``sql.leases`` (named leases: the maintenance lease), ``sql.effects`` (the effect ledger),
-``sql.http_records`` (``@idempotent`` views' records, on the ledger's table), ``sql.schedules`` (periodic schedules' state), ``sql.queues`` (queue control),
+``sql.http_records`` (``@idempotent`` views' records, on the ledger's table), ``sql.schedules`` (periodic schedules' state), ``sql.queues`` (queue control), ``sql.rate_limits`` (rate budgets),
 ``sql.keys`` (the fragments that decide who owns a key), ``sql.poolers`` (whether a pooler
 forwards prepared statements) and ``sql.connection`` (how statements
 run, and LISTEN). Each statement is a named constant with a comment saying what it does and which
@@ -26,6 +26,7 @@ from django_workhorse.sql import (
     leases,
     poolers,
     queues,
+    rate_limits,
     schedules,
 )
 
@@ -42,5 +43,6 @@ __all__ = [
     "leases",
     "poolers",
     "queues",
+    "rate_limits",
     "schedules",
 ]

@@ -9,6 +9,7 @@ from typing import Any, Generic, ParamSpec, TypeVar
 
 from django_workhorse import conf
 from django_workhorse.admission.breakers import Breaker
+from django_workhorse.admission.rate_limits import check_name
 from django_workhorse.enqueueing.call_keys import call_key, checked_derived_key
 from django_workhorse.enqueueing.fingerprints import derived_key
 from django_workhorse.enqueueing.validation import MODE_OPTIONS, resolve_options
@@ -147,6 +148,7 @@ def task(
     fail_on: type[BaseException] | Sequence[type[BaseException]] = (),
     retry_on: type[BaseException] | Sequence[type[BaseException]] | None = None,
     breaker: Breaker | None = None,
+    rate_limit: str | None = None,
 ) -> Any:
     """Turn a function into a :class:`Task` (usable as ``@task`` or ``@task(queue=...)``).
 
@@ -165,6 +167,9 @@ def task(
 
     ``breaker=Breaker(...)`` runs the task's jobs behind a circuit breaker keyed by the job type,
     or by the ``breaker_key`` a call passes (a destination); see docs/circuit-breakers.md.
+
+    ``rate_limit="stripe"`` starts the task's jobs under that limit of ``WORKHORSE_RATE_LIMITS``
+    unless a call names another (checked at enqueue); see docs/rate-limits.md.
     """
     fail_classes = exception_classes(fail_on, "fail_on", TaskDefinitionError)
     retry_classes = None if retry_on is None else exception_classes(retry_on, "retry_on", TaskDefinitionError)
@@ -176,9 +181,12 @@ def task(
     for item in declared:
         if not isinstance(item, Schedule):
             raise ScheduleDefinitionError(field="schedule", bound="Schedule values", value=type(item).__name__)
+    if rate_limit is not None:
+        check_name(rate_limit)
     defaults = EnqueueOptions(
-        queue=queue, priority=priority, max_attempts=max_attempts, retry_policy=retry_policy, timeout=timeout
-    )
+        queue=queue, priority=priority, max_attempts=max_attempts, retry_policy=retry_policy, timeout=timeout,
+        rate_limit=rate_limit,
+    )  # fmt: skip
 
     def decorate(fn: Callable[..., Any]) -> Task[Any, Any]:
         made: Task[Any, Any] = Task(

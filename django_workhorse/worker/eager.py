@@ -17,6 +17,7 @@ from django.db import router
 from django.db.models.functions import Now
 
 from django_workhorse import sql
+from django_workhorse.admission import rate_limits
 from django_workhorse.admission import recording as breakers
 from django_workhorse.conf import app_settings
 from django_workhorse.models import Job, JobStatus
@@ -98,10 +99,14 @@ def run_job(
     ``propagate`` (default: ``WORKHORSE_EAGER_PROPAGATES``).
     """
     alias = using or router.db_for_write(Job)
-    job = sql.claims.claim_job(alias, job_id=job_id, lease=EAGER_LEASE, worker=EAGER_WORKER, scheduled=scheduled)
+    job = sql.claims.claim_job(
+        alias, job_id=job_id, lease=EAGER_LEASE, worker=EAGER_WORKER, scheduled=scheduled,
+        rate_limits=rate_limits.claim_parameter(),
+    )  # fmt: skip
     if job is None:
         return None
     breakers.claimed([job])
+    rate_limits.claimed([job])
     context = HandlerContext(job, alias=alias, on_heartbeat=lambda: None)
     outcome = execute(job, context)
     status = record(alias, [outcome])[0]

@@ -20,7 +20,7 @@ from datetime import timedelta
 from django.db import DatabaseError, close_old_connections, connections
 
 from django_workhorse import sql
-from django_workhorse.admission import fair
+from django_workhorse.admission import fair, rate_limits
 from django_workhorse.admission import recording as breakers
 from django_workhorse.conf import DEFAULT_DRAIN_TIMEOUT, DEFAULT_LEASE, app_settings
 from django_workhorse.exceptions import WorkerThreadError
@@ -80,6 +80,8 @@ class Worker:
         self.capacity = concurrency + self.batch
         self.lease = lease
         self.poll_interval = poll_interval
+        # When the earliest job a rate limit held is due (time.monotonic()), if one is.
+        self._rate_slot_due: float | None = None
         self.burst = burst
         self.max_jobs = max_jobs
         self.drain_timeout = drain_timeout
@@ -159,8 +161,15 @@ class Worker:
             if self._should_exit(claimed):
                 return
             if claimed == 0 or not self._wants_more():
-                self._wake.wait(self.poll_interval)
+                self._wake.wait(self._idle_wait())
                 self._wake.clear()
+
+    def _idle_wait(self) -> float:
+        """The poll interval, or less when a job a rate limit held is due sooner (its slot)."""
+        due, self._rate_slot_due = self._rate_slot_due, None
+        if due is None:
+            return self.poll_interval
+        return min(self.poll_interval, max(0.0, due - time.monotonic()))
 
     def _claim(self) -> int:
         if not self._wants_more():
@@ -172,11 +181,16 @@ class Worker:
         started = instruments.clock()
         reads = self._fair.reads()
         jobs = sql.claims.claim(
-            self.using, queues=self._queues_in_order, limit=limit, lease=self.lease, worker=self.name, fair_queues=reads
-        )
+            self.using, queues=self._queues_in_order, limit=limit, lease=self.lease, worker=self.name,
+            fair_queues=reads, rate_limits=rate_limits.claim_parameter(),
+        )  # fmt: skip
         self._fair.advance(reads, jobs)
         instruments.claimed(time.perf_counter() - started)
         breakers.claimed(jobs)
+        rate_limits.claimed(jobs)
+        if jobs.next_slot is not None:
+            due = time.monotonic() + jobs.next_slot
+            self._rate_slot_due = due if self._rate_slot_due is None else min(due, self._rate_slot_due)
         for job in jobs:
             context = HandlerContext(job, alias=self.using, on_heartbeat=functools.partial(self._heartbeat_one, job.id))
             held = HeldJob(job, context)

@@ -1,6 +1,6 @@
 """``manage.py workhorse_status``: warnings (work no worker will run, paused queues with jobs, open
-circuit breakers), queue depths, paused queues, throughput, workers, schedules, circuit breakers, fair queues and
-idempotency keys by scope, as tables or JSON.
+circuit breakers), queue depths, paused queues, throughput, workers, schedules, circuit breakers, fair queues,
+rate limits (per limit and partition) and idempotency keys by scope, as tables or JSON.
 
 Names come from code, settings and the database (queues, job types, scopes, schedules, workers' hosts): every
 table cell goes through ``printable``, so a name cannot move the cursor or recolour the terminal.
@@ -20,6 +20,7 @@ from django.db import router
 from django.utils import timezone
 from django.utils.module_loading import autodiscover_modules
 
+from django_workhorse import rate_limits
 from django_workhorse.checks import schedule_problems_reported_elsewhere
 from django_workhorse.models import Job
 from django_workhorse.observability import instruments, keyed_rates
@@ -45,6 +46,7 @@ from django_workhorse.operations.stats import (
 from django_workhorse.schedules.evaluation import left_out_schedules
 from django_workhorse.schedules.overview import ScheduleOverview, overview
 from django_workhorse.schedules.sources import ScheduleProblem
+from django_workhorse.sql.rate_limits import Budget
 
 MAX_RATE_WINDOW_SECONDS = 300
 
@@ -107,7 +109,7 @@ class Command(BaseCommand):
         "Show warnings (ready jobs no live worker takes, job types no handler knows, queued jobs in paused "
         "queues, open circuit breakers), queue depths with the failing jobs (waiting for a retry) and the oldest "
         "ready job's age, the paused queues, throughput over the last hour, the workers, the schedules, the "
-        "circuit breakers and, per idempotency scope, the live bindings and what the keys saved."
+        "circuit breakers, the rate limits' budgets and, per idempotency scope, the live bindings and what the keys saved."
     )
 
     def check(self, *args: Any, **kwargs: Any) -> None:
@@ -143,6 +145,7 @@ class Command(BaseCommand):
         schedules = overview(using=database, now=now)
         breakers = breaker_states(using=database, now=now)
         fair = fair_queue_states(using=database, now=now)
+        budgets = rate_limits.budgets(using=database)
         left_out = left_out_schedules()
         rates = None
         if first is not None:
@@ -152,19 +155,9 @@ class Command(BaseCommand):
         scopes = keyed_rates.by_scope(live_bindings(using=database, now=now), rates)
         if as_json:
             self._write_json(
-                warnings,
-                depths,
-                paused,
-                failing,
-                finished,
-                registered,
-                schedules,
-                left_out,
-                scopes,
-                now,
-                breakers,
-                fair,
-            )
+                warnings, depths, paused, failing, finished, registered, schedules, left_out, scopes, now, breakers,
+                fair, budgets,
+            )  # fmt: skip
             return
         self._write_warnings(warnings)
         self.stdout.write("")
@@ -184,6 +177,8 @@ class Command(BaseCommand):
             self.stdout.write("")
         if fair:  # only for projects that declare fair queues
             self._write_fair(fair)
+        if budgets:  # likewise: only once a job or an acquire spent a rate limit
+            self._write_rate_limits(budgets)
             self.stdout.write("")
         self._write_scopes(scopes, window, rates)
 
@@ -201,6 +196,7 @@ class Command(BaseCommand):
         now: datetime,
         breakers: list[BreakerStatus],
         fair: list[FairQueueStatus],
+        budgets: list[Budget],
     ) -> None:
         report = {
             "warnings": [warning.as_json() for warning in warnings],
@@ -219,6 +215,7 @@ class Command(BaseCommand):
             "scopes": [line.as_json() for line in scopes],
             "breakers": [breaker.as_json() for breaker in breakers],
             "fair_queues": [queue.as_json() for queue in fair],
+            "rate_limits": [budget.as_json() for budget in budgets],
         }
         self.stdout.write(json.dumps(report, indent=2))
 
@@ -245,6 +242,18 @@ class Command(BaseCommand):
         ]
         for line in format_table(["queue", "keys with ready work", "unkeyed ready", "top keys"], rows, right=[1, 2]):
             self.stdout.write(line)
+
+    def _write_rate_limits(self, budgets: list[Budget]) -> None:
+        self.stdout.write("Rate limits")
+        rows = [
+            [b.name, b.partition or "—", b.admitted, b.deferred, "unlimited" if b.available is None else b.available]
+            for b in budgets
+        ]
+        headers = ["limit", "partition", "admitted", "deferred", "available now"]
+        for line in format_table(headers, rows, right=[2, 3, 4]):
+            self.stdout.write(line)
+        if len(budgets) >= rate_limits.MAX_LISTED_BUDGETS:
+            self.stdout.write(f"(the first {rate_limits.MAX_LISTED_BUDGETS} budgets by name and partition)")
 
     def _write_warnings(self, warnings: list[StatusWarning]) -> None:
         self.stdout.write("Warnings")

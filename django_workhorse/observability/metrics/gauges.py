@@ -1,5 +1,6 @@
 """Gauges read from PostgreSQL when the metrics are scraped: queue depths, the oldest ready job's
-age, live workers, paused queues, circuit breakers' states and held jobs, fair queues' keys with ready work. The numbers are ``stats.queue_depths()``'s (those of the dashboard and
+age, live workers, paused queues, circuit breakers' states and held jobs, fair queues' keys with ready
+work, rate limits' budgets. The numbers are ``stats.queue_depths()``'s (those of the dashboard and
 ``workhorse_status``), read at most once per ``ttl`` seconds, so scrapes from several Prometheus
 servers cost one set of queries.
 """
@@ -17,6 +18,7 @@ from django.utils import timezone
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from django_workhorse import rate_limits
 from django_workhorse.models import BreakerState
 from django_workhorse.operations import stats
 from django_workhorse.operations.breakers import breaker_states
@@ -91,7 +93,7 @@ def _read() -> list[Metric]:
     )
     for fair_queue in fair_queue_states(now=now):
         keys.add_metric([fair_queue.queue], fair_queue.keys_with_ready_work)
-    return [jobs, oldest, workers, paused, *_breaker_gauges(now), keys]
+    return [jobs, oldest, workers, paused, *_breaker_gauges(now), keys, *_rate_limit_gauges()]
 
 
 def _breaker_gauges(now: datetime) -> list[Metric]:
@@ -110,3 +112,29 @@ def _breaker_gauges(now: datetime) -> list[Metric]:
             state.add_metric([breaker.key, name], 1.0 if breaker.state == name else 0.0)
         held.add_metric([breaker.key], breaker.held_jobs)
     return [state, held]
+
+
+def _rate_limit_gauges() -> list[Metric]:
+    # Labelled by limit name only: names are the project's settings (bounded); partitions (accounts,
+    # tenants) may be many, so they are summed.
+    admitted = GaugeMetricFamily(
+        "workhorse_rate_limit_admitted",
+        "Attempts started under each rate limit, all partitions summed.",
+        labels=["limit"],
+    )
+    deferred = GaugeMetricFamily(
+        "workhorse_rate_limit_deferred",
+        "Times a job was held back for each rate limit (a job held again counts again), all partitions summed.",
+        labels=["limit"],
+    )
+    available = GaugeMetricFamily(
+        "workhorse_rate_limit_available",
+        "Starts available now under each configured rate limit, summed over the partitions that have a budget row.",
+        labels=["limit"],
+    )
+    for total in rate_limits.budget_totals():
+        admitted.add_metric([total.name], total.admitted)
+        deferred.add_metric([total.name], total.deferred)
+        if total.available is not None:
+            available.add_metric([total.name], total.available)
+    return [admitted, deferred, available]
