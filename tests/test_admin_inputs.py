@@ -347,7 +347,10 @@ def test_the_dashboard_never_loads_payloads_results_or_whole_errors(viewer):
         response = viewer.get(DASHBOARD)
 
     assert response.status_code == 200 and "Boom" in body(response) and big not in body(response)
-    columns = [listed_columns(q["sql"]) for q in queries.captured_queries if "workhorse_job" in q["sql"]]
+    # Django 5.2 records no text (None) for a statement run on a server-side-bound cursor of
+    # sql.connection (the rate budgets' read, which reads workhorse_rate_budget only); Django 6 does.
+    texts = [q["sql"] or "" for q in queries.captured_queries]
+    columns = [listed_columns(text) for text in texts if "workhorse_job" in text]
     assert any('"workhorse_job"."job_type"' in c for c in columns), "the failures' query was not captured"
     for listed in columns:
         assert '"workhorse_job"."payload"' not in listed and '"workhorse_job"."result"' not in listed
