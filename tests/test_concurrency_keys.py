@@ -750,8 +750,11 @@ def test_only_the_claim_statements_touch_concurrency_slots():
 
     assert writers == [
         "claims._CLAIM_TEMPLATE",
+        "claims._UNFAIR_TEMPLATE",
         "claims.CLAIM",
         "claims.CLAIM_RATED",
+        "claims.CLAIM_FAIR",
+        "claims.CLAIM_FAIR_RATED",
         "claims.CLAIM_JOB",
         "claims.CLAIM_JOB_RATED",
     ]

@@ -189,7 +189,8 @@ def test_a_worker_splits_its_queues_by_the_setting():
 
 def _plan(params: dict[str, Any]) -> dict[str, Any]:
     with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + workhorse_sql.claims.CLAIM, params)
+        statement = workhorse_sql.claims.CLAIM_FAIR if params["fair_queues"] else workhorse_sql.claims.CLAIM
+        cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + statement, params)
         value = cursor.fetchone()[0]
         transaction.set_rollback(True)
     return (json.loads(value) if isinstance(value, str) else value)[0]["Plan"]
@@ -223,13 +224,27 @@ def _candidates(plan: dict[str, Any]) -> list[dict[str, Any]]:
     return _nodes(cte) + [node for key in keys for node in _nodes(key)]
 
 
-def test_an_unfair_claim_reads_its_queue_as_before_and_runs_none_of_the_fair_branches():
+def test_an_unfair_claim_reads_its_queue_as_before_and_has_none_of_the_fair_branches():
     _fill_keys(100, 5)
     nodes = _candidates(_plan(_params(["plain"], [])))
     scans = [node for node in nodes if node.get("Relation Name") == "workhorse_job"]
     run = [node for node in scans if node["Actual Loops"] > 0]
     assert [node.get("Index Name") for node in run] == [JOB_READY_IDX], scans  # the queue, read as before
     assert run[0]["Actual Rows"] == 50
+    assert not [node for node in scans if node.get("Index Name") == JOB_FAIR_READY_IDX]  # a worker without fair queues
+
+
+def test_a_fair_claim_statement_with_no_fair_queue_runs_none_of_the_fair_branches():
+    _fill_keys(100, 5)
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + workhorse_sql.claims.CLAIM_FAIR, _params(["plain"], []))
+        value = cursor.fetchone()[0]
+        transaction.set_rollback(True)
+    scans = [
+        node
+        for node in _candidates((json.loads(value) if isinstance(value, str) else value)[0]["Plan"])
+        if node.get("Relation Name") == "workhorse_job"
+    ]
     fair_scans = [node for node in scans if node.get("Index Name") == JOB_FAIR_READY_IDX]
     assert fair_scans and all(node["Actual Loops"] == 0 for node in fair_scans)  # never executed
 

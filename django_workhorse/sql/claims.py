@@ -359,8 +359,29 @@ UNLIMITED_RUNNABLE = """runnable AS (
     SELECT id, priority, run_at, concurrency_key, concurrency_limit, NULL::timestamptz AS started FROM admitted
 ),
 """
-CLAIM = _CLAIM_TEMPLATE.replace("{RATE_SECTION}", UNLIMITED_RUNNABLE).replace("{RATE_REFUSALS}", "")
-CLAIM_RATED = _CLAIM_TEMPLATE.replace("{RATE_SECTION}", RATE_SECTION).replace("{RATE_REFUSALS}", RATE_REFUSALS)
+# A worker without fair queues (most workers) claims without the fair CTEs and branches either: empty,
+# they still cost each claim their set-up (W3 of the peer run, docs/benchmarks.md). Its claim is the
+# one it had before fair queues, candidate for candidate.
+_FAIR_CTES = _CLAIM_TEMPLATE[
+    _CLAIM_TEMPLATE.index("WITH RECURSIVE fair AS (") : _CLAIM_TEMPLATE.index("candidates AS (")
+]
+_FAIR_BRANCHES = _CLAIM_TEMPLATE[
+    _CLAIM_TEMPLATE.index("    UNION ALL\n    SELECT head.*") : _CLAIM_TEMPLATE.index("    ) AS pool\n")
+]
+_UNFAIR_TEMPLATE = _CLAIM_TEMPLATE.replace(_FAIR_CTES, "WITH ").replace(_FAIR_BRANCHES, "")
+assert "fair" not in _UNFAIR_TEMPLATE.replace("unfair", "")
+
+
+def _claim_statement(template: str, *, rated: bool) -> str:
+    if rated:
+        return template.replace("{RATE_SECTION}", RATE_SECTION).replace("{RATE_REFUSALS}", RATE_REFUSALS)
+    return template.replace("{RATE_SECTION}", UNLIMITED_RUNNABLE).replace("{RATE_REFUSALS}", "")
+
+
+CLAIM = _claim_statement(_UNFAIR_TEMPLATE, rated=False)
+CLAIM_RATED = _claim_statement(_UNFAIR_TEMPLATE, rated=True)
+CLAIM_FAIR = _claim_statement(_CLAIM_TEMPLATE, rated=False)
+CLAIM_FAIR_RATED = _claim_statement(_CLAIM_TEMPLATE, rated=True)
 
 
 # claim_job: lease one queued job by id, due now unless %(scheduled)s (eager mode runs it in the
@@ -607,6 +628,10 @@ _generic_plan_connections: weakref.WeakSet[Any] = weakref.WeakSet()
 NO_RATE_LIMITS = "{}"
 
 
+# The claim statement by (any fair queue, any rate limit configured).
+_CLAIMS = {(False, False): CLAIM, (False, True): CLAIM_RATED, (True, False): CLAIM_FAIR, (True, True): CLAIM_FAIR_RATED}
+
+
 def claim(
     alias: str,
     *,
@@ -635,7 +660,7 @@ def claim(
         "worker": worker,
         "rate_limits": rate_limits,
     }
-    statement = CLAIM if rate_limits == NO_RATE_LIMITS else CLAIM_RATED
+    statement = _CLAIMS[bool(fair_queues), rate_limits != NO_RATE_LIMITS]
     if not app_settings.PREPARED_STATEMENTS:
         return _claim(alias, statement, params)
     if connections[alias].settings_dict.get("DISABLE_SERVER_SIDE_CURSORS"):
