@@ -94,8 +94,8 @@ NEXT_FAIR_KEY = """SELECT min(partition_key) AS key FROM workhorse_job
 # worker looks for them only while it finds some, and otherwise once per recheck interval
 # (admission.fair). A claim of a fair queue with more keys than its batch takes one job from each
 # of the next keys, and none is cut by the final LIMIT. The recursion is only as deep as the keys
-# it finds, and an empty %(fair_queues)s (most workers) seeds nothing: the fair branches then read
-# no row and cost the claim nothing.
+# it finds. A worker without fair queues runs the statements without this part (CLAIM, CLAIM_RATED,
+# below); with an empty %(fair_queues)s it would seed nothing, but its set-up still costs a claim.
 # Rate limits (decision 0021, "Rate limits"; the grant is sql.rate_limits'): admitted candidates whose
 # rate_limit is configured (%(rate_limits)s, the limits as one jsonb parameter; a name missing from
 # it runs unlimited) are grouped per budget in claim order (``metered``, ``demand``); one upsert
