@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django_workhorse import conf
+from django_workhorse.admission.bounds import check_duration, check_integer
 from django_workhorse.exceptions import BreakerValidationError
 
 FAILURE, SUCCESS = "failure", "success"
@@ -39,14 +40,22 @@ class Breaker:
     max_cooldown: timedelta | None = field(default=None)
 
     def __post_init__(self) -> None:
-        _integer(self.failures, "failures", conf.MIN_BREAKER_FAILURES, conf.MAX_BREAKER_FAILURES)
-        _duration(self.within, "within", conf.MIN_BREAKER_DURATION, conf.MAX_BREAKER_DURATION)
-        _duration(self.cooldown, "cooldown", conf.MIN_BREAKER_DURATION, conf.MAX_BREAKER_DURATION)
-        _integer(self.probes, "probes", conf.MIN_BREAKER_PROBES, conf.MAX_BREAKER_PROBES)
+        check_integer(
+            self.failures, "failures", conf.MIN_BREAKER_FAILURES, conf.MAX_BREAKER_FAILURES, BreakerValidationError
+        )
+        check_duration(
+            self.within, "within", conf.MIN_BREAKER_DURATION, conf.MAX_BREAKER_DURATION, BreakerValidationError
+        )
+        check_duration(
+            self.cooldown, "cooldown", conf.MIN_BREAKER_DURATION, conf.MAX_BREAKER_DURATION, BreakerValidationError
+        )
+        check_integer(self.probes, "probes", conf.MIN_BREAKER_PROBES, conf.MAX_BREAKER_PROBES, BreakerValidationError)
         if self.max_cooldown is None:
             object.__setattr__(self, "max_cooldown", max(self.cooldown, conf.DEFAULT_MAX_BREAKER_COOLDOWN))
         else:
-            _duration(self.max_cooldown, "max_cooldown", self.cooldown, conf.MAX_BREAKER_DURATION)
+            check_duration(
+                self.max_cooldown, "max_cooldown", self.cooldown, conf.MAX_BREAKER_DURATION, BreakerValidationError
+            )
 
     @property
     def longest_cooldown(self) -> timedelta:
@@ -92,16 +101,6 @@ def check_open_until(until: Any, now: datetime) -> datetime:
     if not now < until <= conf.MAX_STORED_DATETIME:
         raise BreakerValidationError(field="until", bound=bound, value=until)
     return until
-
-
-def _integer(value: Any, name: str, low: int, high: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
-        raise BreakerValidationError(field=name, bound=f"an integer in {low}..{high}", value=value)
-
-
-def _duration(value: Any, name: str, low: timedelta, high: timedelta) -> None:
-    if not isinstance(value, timedelta) or not low <= value <= high:
-        raise BreakerValidationError(field=name, bound=f"a timedelta in {low}..{high}", value=value)
 
 
 # Jobs that name a breaker key (per call) whose task declares no breaker run behind this one.

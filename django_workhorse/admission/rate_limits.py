@@ -16,6 +16,7 @@ from datetime import timedelta
 from typing import Any
 
 from django_workhorse import conf
+from django_workhorse.admission.bounds import check_boolean, check_duration, check_integer
 from django_workhorse.exceptions import RateLimitValidationError
 
 logger = logging.getLogger(__name__)
@@ -40,10 +41,10 @@ class RateLimit:
     partitioned: bool = False
 
     def __post_init__(self) -> None:
-        _integer(self.limit, "limit", conf.MIN_RATE_LIMIT, conf.MAX_RATE_LIMIT)
-        _duration(self.per, "per", conf.MIN_RATE_PER, conf.MAX_RATE_PER)
-        _integer(self.burst, "burst", conf.MIN_RATE_BURST, conf.MAX_RATE_BURST)
-        _boolean(self.partitioned, "partitioned")
+        check_integer(self.limit, "limit", conf.MIN_RATE_LIMIT, conf.MAX_RATE_LIMIT, RateLimitValidationError)
+        check_duration(self.per, "per", conf.MIN_RATE_PER, conf.MAX_RATE_PER, RateLimitValidationError)
+        check_integer(self.burst, "burst", conf.MIN_RATE_BURST, conf.MAX_RATE_BURST, RateLimitValidationError)
+        check_boolean(self.partitioned, "partitioned", RateLimitValidationError)
 
     @property
     def interval_us(self) -> int:
@@ -54,21 +55,6 @@ class RateLimit:
     def tolerance_us(self) -> int:
         """How early a start may come, in microseconds: ``burst`` intervals."""
         return self.burst * self.interval_us
-
-
-def _integer(value: Any, name: str, low: int, high: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
-        raise RateLimitValidationError(field=name, bound=f"an integer in {low}..{high}", value=value)
-
-
-def _duration(value: Any, name: str, low: timedelta, high: timedelta) -> None:
-    if not isinstance(value, timedelta) or not low <= value <= high:
-        raise RateLimitValidationError(field=name, bound=f"a timedelta in {low}..{high}", value=value)
-
-
-def _boolean(value: Any, name: str) -> None:
-    if not isinstance(value, bool):
-        raise RateLimitValidationError(field=name, bound="True or False", value=value)
 
 
 def check_name(value: Any, field: str = "rate_limit") -> str:
