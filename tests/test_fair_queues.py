@@ -26,6 +26,7 @@ from django_workhorse.operations import fair as fair_status
 from django_workhorse.sql.claims import ClaimedJob
 from tests.conftest import race
 from tests.test_admin import body, login
+from tests.worker_tasks import GATE, make_worker, running, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -360,3 +361,48 @@ def test_the_dashboard_marks_fair_queues(client, django_user_model):
     rows = {row.split('"')[0]: row for row in page.split('<tr data-queue="')[1:]}
     assert 'data-field="fair"' in rows[QUEUE].split("</tr>")[0]
     assert 'data-field="fair"' not in rows["plain"].split("</tr>")[0]
+
+
+def test_a_key_behind_a_dominant_keys_backlog_is_read_at_its_head_in_the_generic_plan():
+    # With one key's 2,000 jobs in the statistics (and no other key), a generic plan would find any key's head as
+    # cheaply through the ready index (filtering on the key), and read past the big key's jobs to
+    # reach a small key's: the head's order names the key, which only the fair index gives.
+    enqueue_keyed("tenant-a", 2000)
+    with connection.cursor() as cursor:
+        cursor.execute("VACUUM ANALYZE workhorse_job")  # the statistics see one key
+    [small] = enqueue_keyed("tenant-b", 1)
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+        params = {**_params([], [QUEUE], limit=1), "fair_after": ["tenant-a"]}
+        cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + workhorse_sql.claims.CLAIM_FAIR, params)
+        value = cursor.fetchone()[0]
+        claimed = Job.objects.filter(pk=small, status=JobStatus.RUNNING).exists()
+        transaction.set_rollback(True)
+    scans = [
+        node
+        for node in _candidates((json.loads(value) if isinstance(value, str) else value)[0]["Plan"])
+        if node.get("Relation Name") == "workhorse_job" and node["Actual Loops"] > 0
+    ]
+    assert claimed
+    read = sum((node["Actual Rows"] + node.get("Rows Removed by Filter", 0)) * node["Actual Loops"] for node in scans)
+    assert read <= 10, scans
+    assert {node.get("Index Name") for node in scans} == {JOB_FAIR_READY_IDX}
+
+
+@pytest.mark.parametrize(("queue", "claimed"), [(QUEUE, 2), ("plain", 5)])
+def test_a_worker_claims_a_fair_queue_only_for_its_idle_executors(queue, claimed):
+    # A job claimed ahead is an order decided before later jobs (a small tenant's) could take
+    # part in it. The control: an unfair queue's worker holds a batch beyond its executors.
+    GATE.reset()
+    ids = [
+        enqueue("tests.gated", {"label": "fair-held"}, EnqueueOptions(queue=queue, partition_key=f"k{n}"))
+        for n in range(10)
+    ]
+    with (
+        override_settings(WORKHORSE_QUEUES={QUEUE: {"fair": True}}),
+        running(make_worker(queues=[queue], concurrency=2, batch=5)),
+    ):
+        wait_for(lambda: GATE.in_flight("fair-held") == 2, 10, what="two handlers running")
+        assert Job.objects.filter(pk__in=ids, status=JobStatus.RUNNING).count() == claimed
+        GATE.open("fair-held")
+        wait_for(lambda: Job.objects.filter(pk__in=ids, status=JobStatus.SUCCEEDED).count() == 10, 20)

@@ -36,10 +36,10 @@ LEASE = timedelta(seconds=30)
 RECORD = "tests.rate.record_start"
 
 
-def _claim(limit: int = 50, worker: str = "w") -> claims.Claimed:
+def _claim(limit: int = 50, worker: str = "w", ahead_us: int = 0) -> claims.Claimed:
     return claims.claim(
         "default", queues=["default"], limit=limit, lease=LEASE, worker=worker,
-        rate_limits=definitions.claim_parameter(),
+        rate_limits=definitions.claim_parameter(), rate_ahead_us=ahead_us,
     )  # fmt: skip
 
 
@@ -184,6 +184,40 @@ def test_a_claim_grants_the_burst_and_holds_the_rest_at_their_own_slots(limits):
 
 
 @pytest.mark.django_db
+def test_a_claim_admits_ahead_the_starts_that_conform_within_its_horizon_and_not_one_more(settings):
+    settings.WORKHORSE_RATE_LIMITS = {"strict": RateLimit(100)}  # one start per 10 ms, no burst
+    ids = [enqueue(RECORD, {"n": i}, rate_limit="strict") for i in range(10)]
+    claimed = _claim(ahead_us=50_000)
+    # Its instants now, +10, ..., +50 ms conform by now + 50 ms (the last exactly at it); +60 does not.
+    assert [job.id for job in claimed] == ids[:6] and claimed.held == 4
+    jobs = {job.id: job for job in Job.objects.filter(pk__in=ids)}
+    starts = [jobs[i].started_at for i in ids[:6]]
+    assert [b - a for a, b in zip(starts, starts[1:], strict=False)] == [10 * MS] * 5
+    assert claimed[0].start_in < 0.001 < claimed[1].start_in < claimed[5].start_in <= 0.05
+    # The held ones take the instants after the last admitted, one interval apart, and come back
+    # one horizon before theirs (a claim then admits them ahead, at their instants).
+    assert [jobs[i].run_at for i in ids[6:]] == [starts[-1] + (n + 1) * 10 * MS - 50 * MS for n in range(4)]
+    assert RateBudget.objects.get(name="strict").admitted == 6
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_never_runs_a_handler_before_the_instant_its_limit_admitted_it(settings):
+    settings.WORKHORSE_RATE_LIMITS = {"strict": RateLimit(50)}  # one start per 20 ms: 3 admitted ahead per claim
+    rate_tasks.create_start_table()
+    ids = [enqueue(RECORD, {"n": i}, rate_limit="strict") for i in range(12)]
+    stats = run_worker(concurrency=4, batch=10)
+    assert stats.finished == {"succeeded": 12}
+    recorded = rate_tasks.starts()
+    assert sorted(job_id for job_id, *_ in recorded) == ids and {attempt for _, attempt, *_ in recorded} == {1}
+    counted = [started for _, _, started, _ in recorded]
+    gaps = [b - a for a, b in zip(counted, counted[1:], strict=False)]
+    # Never closer than the interval; admitted ahead, starts fall exactly on it (a claim admitting
+    # at its own instant, after the slot, would lose its lateness at every gap).
+    assert min(gaps) >= 20 * MS and gaps.count(20 * MS) >= 6
+    assert all(began >= started for _, _, started, began in recorded)  # never before its instant
+
+
+@pytest.mark.django_db
 def test_each_partition_has_a_budget_of_its_own(limits):
     for partition in ("a", "b"):
         for i in range(3):
@@ -240,10 +274,10 @@ def test_eager_claims_spend_the_budget_and_hold_when_it_is_spent(settings):
 # -- many claimers at once: never over -------------------------------------------------------------
 
 
-def _claim_until(total: int, stop: threading.Event, errors: list[BaseException]) -> None:
+def _claim_until(total: int, stop: threading.Event, errors: list[BaseException], ahead_us: int) -> None:
     try:
         while not stop.is_set() and Job.objects.filter(status=JobStatus.QUEUED).exists():
-            if not _claim(limit=3, worker=threading.current_thread().name):
+            if not _claim(limit=3, worker=threading.current_thread().name, ahead_us=ahead_us):
                 stop.wait(0.005)  # a poll, as a worker's: the held jobs are due at their slots
     except BaseException as exc:  # noqa: BLE001 (reported by the test)
         errors.append(exc)
@@ -258,8 +292,9 @@ def _claim_until(total: int, stop: threading.Event, errors: list[BaseException])
     per_ms=st.sampled_from([100, 200, 300]),
     burst=st.integers(0, 3),
     threads=st.integers(2, 4),
+    ahead_ms=st.sampled_from([0, 20, 50]),
 )
-def test_concurrent_claims_never_start_more_than_the_limit(limit, per_ms, burst, threads):
+def test_concurrent_claims_never_start_more_than_the_limit(limit, per_ms, burst, threads, ahead_ms):
     Job.objects.all().delete()
     RateBudget.objects.all().delete()
     per = timedelta(milliseconds=per_ms)
@@ -268,7 +303,9 @@ def test_concurrent_claims_never_start_more_than_the_limit(limit, per_ms, burst,
         for i in range(total):
             enqueue(RECORD, {"n": i}, rate_limit="p")
         stop, errors = threading.Event(), []
-        workers = [threading.Thread(target=_claim_until, args=(total, stop, errors)) for _ in range(threads)]
+        workers = [
+            threading.Thread(target=_claim_until, args=(total, stop, errors, ahead_ms * 1000)) for _ in range(threads)
+        ]
         for worker in workers:
             worker.start()
         for worker in workers:

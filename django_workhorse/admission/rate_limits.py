@@ -95,6 +95,15 @@ def configured() -> Mapping[str, RateLimit]:
 _parameters: dict[int, tuple[Any, str]] = {}
 
 
+# How far ahead of its conformance instant a worker's claim admits a job (decision 0021, "Admitted
+# ahead"): the job is recorded as started at that instant, and its executor waits for it before
+# the handler runs. Without it a strictly spaced budget (burst 0) loses each claim's lateness: one
+# start per claim, 40% of a 1,000/s limit across two processes. Claims of one job (eager mode, run
+# now) admit nothing ahead: their caller does not wait.
+ADMIT_AHEAD = timedelta(milliseconds=50)
+ADMIT_AHEAD_US = ADMIT_AHEAD // timedelta(microseconds=1)
+
+
 def claim_parameter() -> str:
     """The configured limits as the claim's one jsonb parameter: {name: {"t": interval, "tau": tolerance}}
     in microseconds."""

@@ -67,7 +67,7 @@ BOUNDED_TRACE_CONTEXT = (
     f"left(job.trace_context->>'traceparent', {MAX_TRACEPARENT_CHARS}))) END"
 )
 # The columns of CLAIM's ``claimed`` answer (ClaimedJob's fields, bar claimed_at, plus the order columns).
-CLAIMED_COLUMNS = 21
+CLAIMED_COLUMNS = 22
 # A candidate's concurrency key has a free slot (see above), tried while scanning so that a key whose
 # slots are all taken never blocks the jobs behind it.
 FREE_CONCURRENCY_KEY = f"""CASE WHEN concurrency_key IS NULL THEN true
@@ -101,20 +101,23 @@ NEXT_FAIR_KEY = """SELECT min(partition_key) AS key FROM workhorse_job
 # it runs unlimited) are grouped per budget in claim order (``metered``, ``demand``); one upsert
 # per budget (``budgets``) grants the first k and moves the row; the others are held (``refused``, ``held``)
 # at consecutive slots of the budget's reservation tail, one emission interval apart, so a backlog
-# comes back one job per slot. A granted job's started_at is the instant its grant was computed
-# at, the one the budget counted. The upsert proposes the fresh row's values; its DO UPDATE reads
+# comes back one job per slot. The grants are the starts that conform by now + %(rate_ahead)s; a
+# granted job's started_at is its conformance instant (the i-th of k: tat - (k - i + 1)*T - tau,
+# tat the row's new one), or now if that has passed: the instants the budget counted. The upsert proposes the fresh row's values; its DO UPDATE reads
 # the demand and the instant back from EXCLUDED (n = admitted + deferred, now = changed_at).
 _US = rate_limits.MICROSECOND
 _T_OF_RATE_LIMIT = rate_limits.interval_of("rate_limit")
 _T_OF_NAME, _TAU_OF_NAME = rate_limits.interval_of("name"), rate_limits.tolerance_of("name")
+# A claim grants the starts that conform by now + %(rate_ahead)s (microseconds; admitted ahead).
+_AHEAD = "%(rate_ahead)s::bigint"
 # A budget's first row: a full budget at now.
-_FRESH_K = rate_limits.granted("n", "now", "now", "t", "tau")
+_FRESH_K = rate_limits.granted("n", "now", "now", "t", f"(tau + {_AHEAD})")
 _FRESH_TAT = rate_limits.moved("now", "now", "t", _FRESH_K)
 _FRESH_RESERVED = rate_limits.reserved("NULL", _FRESH_TAT, "t", "tau", f"n - {_FRESH_K}")
 # The next version of a budget's row, from the latest committed one (budget.*) and EXCLUDED.
 _T, _TAU = rate_limits.interval_of("EXCLUDED.name"), rate_limits.tolerance_of("EXCLUDED.name")
 _N = "(EXCLUDED.admitted + EXCLUDED.deferred)"
-_K = rate_limits.granted(_N, "EXCLUDED.changed_at", "budget.tat", _T, _TAU)
+_K = rate_limits.granted(_N, "EXCLUDED.changed_at", "budget.tat", _T, f"({_TAU} + {_AHEAD})")
 _NEXT_TAT = rate_limits.moved("EXCLUDED.changed_at", "budget.tat", _T, _K)
 # Held again: a job that came back at its slot and still found no start (another claim, or its
 # worker's lateness, took it). The first of a claim takes the budget's next conformance instant,
@@ -170,8 +173,9 @@ candidates AS (
     SELECT head.* FROM fair_keys, LATERAL (
         SELECT {CANDIDATE_COLUMNS} FROM workhorse_job AS job
         WHERE status = 'queued' AND partition_key IS NOT NULL AND queue = fair_keys.queue
-          AND partition_key = fair_keys.key AND run_at <= clock_timestamp() AND {FREE_CONCURRENCY_KEY}
-        ORDER BY priority DESC, run_at, id
+          AND partition_key >= fair_keys.key AND partition_key <= fair_keys.key
+          AND run_at <= clock_timestamp() AND {FREE_CONCURRENCY_KEY}
+        ORDER BY partition_key, priority DESC, run_at, id
         LIMIT (SELECT share FROM fair_share)
         FOR UPDATE SKIP LOCKED
     ) AS head
@@ -281,7 +285,8 @@ claimed AS (
               extract(epoch FROM clock_timestamp() - job.run_at)::float8 AS waited, job.priority, job.run_at,
               job.snoozes, job.breaker_key,
               coalesce((SELECT half_opened FROM canary_jobs WHERE canary_jobs.id = job.id), false) AS half_opened,
-              job.partition_key, job.rate_limit
+              job.partition_key, job.rate_limit,
+              greatest(extract(epoch FROM job.started_at - clock_timestamp()), 0)::float8 AS start_in
 ),
 events AS (
     INSERT INTO workhorse_job_event (job_id, kind, attempt, at, details)
@@ -298,9 +303,12 @@ ORDER BY priority DESC, run_at, id
 # Without rate limits configured the claim leaves the rate section out: a project that declares none
 # claims at the cost it had before them (the section's CTEs, empty, still cost about 0.9 ms per claim
 # here to set up). A job naming a limit then runs unlimited, as one whose limit was removed does.
-RATE_REFUSALS = """    UNION ALL
+# A held job comes back %(rate_ahead)s before its slot, so that the claim that meets it can admit it
+# ahead, at its slot, rather than at whatever instant after the slot the claim came.
+RATE_REFUSALS = f"""    UNION ALL
     SELECT rate_verdicts.id, jsonb_build_object('rate_limit', rate_verdicts.name,
-                                                'partition', nullif(rate_verdicts.part, '')), true, rate_verdicts.slot
+                                                'partition', nullif(rate_verdicts.part, '')), true,
+           rate_verdicts.slot - {_AHEAD} * {_US}
     FROM rate_verdicts WHERE NOT rate_verdicts.granted
 """
 RATE_SECTION = f"""metered AS (
@@ -329,7 +337,8 @@ budgets AS (
     RETURNING budget.name, budget.partition, budget.granted, budget.tat, budget.reserved_until, budget.changed_at
 ),
 rate_verdicts AS (
-    SELECT id, name, part, granted, now,
+    SELECT id, name, part, granted,
+           CASE WHEN granted THEN greatest(now, tat - (k - nth + 1) * t * {_US} - tau * {_US}) END AS start,
            CASE WHEN head THEN tat - tau * {_US}
                 ELSE reserved_until - (count(*) OVER tail - row_number() OVER (tail ORDER BY nth) + 1) * t * {_US}
            END AS slot
@@ -338,7 +347,7 @@ rate_verdicts AS (
                   AS head
         FROM (
             SELECT metered.id, metered.name, metered.part, metered.nth, metered.reheld,
-                   metered.nth <= budgets.granted AS granted, budgets.changed_at AS now, budgets.tat,
+                   metered.nth <= budgets.granted AS granted, budgets.granted AS k, budgets.changed_at AS now, budgets.tat,
                    budgets.reserved_until, demand.t, demand.tau
             FROM metered
             JOIN budgets ON budgets.name = metered.name AND budgets.partition = metered.part
@@ -351,7 +360,7 @@ runnable AS (
     SELECT id, priority, run_at, concurrency_key, concurrency_limit, NULL::timestamptz AS started FROM admitted
     WHERE rate_limit IS NULL OR {_T_OF_RATE_LIMIT} IS NULL
     UNION ALL
-    SELECT admitted.id, priority, run_at, concurrency_key, concurrency_limit, rate_verdicts.now FROM admitted
+    SELECT admitted.id, priority, run_at, concurrency_key, concurrency_limit, rate_verdicts.start FROM admitted
     JOIN rate_verdicts ON rate_verdicts.id = admitted.id AND rate_verdicts.granted
 ),
 """
@@ -592,6 +601,7 @@ class ClaimedJob:
     half_opened: bool = False  # its claim moved its breaker from open to half-open (the first canary)
     partition_key: str | None = None  # its fair share's key, if any
     rate_limit: str | None = None  # the rate limit it started under, if any
+    start_in: float = 0.0  # seconds from the claim to its start, when its rate limit admitted it ahead
 
 
 # Two workers that pick the same free concurrency slot at once: the second claims again. Two claims
@@ -641,6 +651,7 @@ def claim(
     worker: str,
     fair_queues: Sequence[tuple[str, str, bool]] = (),
     rate_limits: str = NO_RATE_LIMITS,
+    rate_ahead_us: int = 0,
 ) -> Claimed:
     """Run CLAIM (with generic plans when it is prepared); return the leased jobs in priority order,
     and how many candidates a circuit breaker or a rate limit held back.
@@ -648,7 +659,8 @@ def claim(
     ``queues`` are read in claim order; ``fair_queues`` are ``(queue, after, unkeyed)``: a queue read
     in fair share from just after the partition key ``after`` ("" to start at the first key), its
     jobs without a key looked for when ``unkeyed``. ``rate_limits`` is the configured limits as
-    ``admission.rate_limits.claim_parameter`` gives them.
+    ``admission.rate_limits.claim_parameter`` gives them; a job one admits up to ``rate_ahead_us``
+    microseconds ahead of its start (``ClaimedJob.start_in``) must not start before it.
     """
     params = {
         "queues": list(queues),
@@ -659,6 +671,7 @@ def claim(
         "lease": lease,
         "worker": worker,
         "rate_limits": rate_limits,
+        "rate_ahead": rate_ahead_us,
     }
     statement = _CLAIMS[bool(fair_queues), rate_limits != NO_RATE_LIMITS]
     if not app_settings.PREPARED_STATEMENTS:
@@ -691,7 +704,7 @@ def claim_job(
     """Run CLAIM_JOB inside a savepoint; return the leased job, or None if it is not claimable now."""
     params = {
         "job_id": job_id, "fair_queues": [], "fair_after": [], "fair_unkeyed": [], "limit": 1, "lease": lease,
-        "worker": worker, "scheduled": scheduled, "rate_limits": rate_limits,
+        "worker": worker, "scheduled": scheduled, "rate_limits": rate_limits, "rate_ahead": 0,
     }  # fmt: skip
     statement = CLAIM_JOB if rate_limits == NO_RATE_LIMITS else CLAIM_JOB_RATED
     jobs = _claim(alias, statement, params, savepoint=True)
@@ -730,7 +743,7 @@ def _claimed(row: Sequence[Any], claimed_at: float) -> ClaimedJob:
     return ClaimedJob(
         row[0], row[1], row[2], decode_json(row[3]), row[4], row[5], decode_json(row[6]), row[7], row[8], row[9],
         row[10], row[11], decode_json(row[12]), row[13], claimed_at, snoozes=row[16], breaker_key=row[17],
-        half_opened=row[18], partition_key=row[19], rate_limit=row[20],
+        half_opened=row[18], partition_key=row[19], rate_limit=row[20], start_in=row[21],
     )  # fmt: skip
 
 

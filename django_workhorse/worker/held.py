@@ -22,6 +22,12 @@ class HeldJob:
     def started(self) -> bool:
         return self.started_at is not None
 
+    def wait_for_start(self) -> None:
+        """Wait until the instant its rate limit admitted it at, if its claim admitted it ahead
+        (at most ``admission.rate_limits.ADMIT_AHEAD``, counted from when the claim returned)."""
+        if (delay := self.job.claimed_at + self.job.start_in - time.perf_counter()) > 0:
+            time.sleep(delay)
+
     def mark_started(self) -> None:
         self.started_at = time.monotonic()
 

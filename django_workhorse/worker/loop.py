@@ -77,7 +77,7 @@ class Worker:
         self.concurrency = concurrency
         self.batch = batch or concurrency
         # At most one claimed batch waits while every executor is busy.
-        self.capacity = concurrency + self.batch
+        self.capacity = concurrency + (0 if fair_queues else self.batch)
         self.lease = lease
         self.poll_interval = poll_interval
         # When the earliest job a rate limit held is due (time.monotonic()), if one is.
@@ -182,7 +182,7 @@ class Worker:
         reads = self._fair.reads()
         jobs = sql.claims.claim(
             self.using, queues=self._queues_in_order, limit=limit, lease=self.lease, worker=self.name,
-            fair_queues=reads, rate_limits=rate_limits.claim_parameter(),
+            fair_queues=reads, rate_limits=rate_limits.claim_parameter(), rate_ahead_us=rate_limits.ADMIT_AHEAD_US,
         )  # fmt: skip
         self._fair.advance(reads, jobs)
         instruments.claimed(time.perf_counter() - started)
@@ -243,6 +243,7 @@ class Worker:
             instruments.attempt_started(held.job)
             try:
                 close_old_connections()
+                held.wait_for_start()
                 outcome = execute(held.job, held.context, started=held.mark_started)
             except Exception as exc:  # the worker's own failure around the handler: the job's failure
                 logger.exception("Running job failed id=%s", held.job.id, extra=job_fields(held.job))
