@@ -261,6 +261,20 @@ def test_retries_spend_the_same_budget(settings):
 
 
 @pytest.mark.django_db
+def test_a_redrive_keeps_what_admits_its_source_and_spends_the_same_budget(limits):
+    from django_workhorse import EnqueueOptions, redrive
+
+    options = EnqueueOptions(rate_limit="accounts", rate_partition="acct_7", breaker_key="crm", partition_key="t1")
+    source = enqueue(RECORD, {"n": 1}, options)
+    Job.objects.filter(pk=source).update(status=JobStatus.DEAD, attempt=1)
+    again = redrive(source, request_id="r1")
+    copied = Job.objects.values("rate_limit", "rate_partition", "breaker_key", "partition_key").get(pk=again)
+    assert copied == {"rate_limit": "accounts", "rate_partition": "acct_7", "breaker_key": "crm", "partition_key": "t1"}
+    assert [job.id for job in _claim()] == [again]
+    assert RateBudget.objects.get(name="accounts", partition="acct_7").admitted == 1
+
+
+@pytest.mark.django_db
 def test_eager_claims_spend_the_budget_and_hold_when_it_is_spent(settings):
     from django_workhorse.worker.eager import run_job
 

@@ -92,7 +92,9 @@ def redrive(
     """Run dead job ``job_id`` again as a new job and return the new job's id.
 
     The new job copies the type, queue, payload, priority, tags, attempt budget, retry policy and
-    timeout; its deadline is cleared and checkpoints are not copied. The lineage is recorded. A
+    timeout, and what admits it at claim (its circuit breaker, rate limit and partition, fair share
+    key): it spends the same budgets as its source. Its deadline is cleared and checkpoints are not
+    copied. The lineage is recorded. A
     repeat with the same ``request_id`` returns the same new job; one with a different
     ``requested_by`` or ``reason`` raises ``RedriveConflictError``. Raise ``JobDoesNotExist`` or
     ``JobNotDeadError`` when there is no dead job ``job_id``, ``InvalidArgumentError`` for a bad argument.

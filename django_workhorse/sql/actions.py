@@ -9,8 +9,9 @@ from django_workhorse.enqueueing.fingerprints import DIGEST_HEX_CHARS
 from django_workhorse.models import JOB_ID_SEQUENCE
 from django_workhorse.sql.connection import execute
 
-# redrive: copy a dead job into a new queued job (clearing its deadline, not copying checkpoints)
-# and record the lineage, once per (source job, request id): ON CONFLICT DO NOTHING on
+# redrive: copy a dead job into a new queued job (clearing its deadline, not copying checkpoints;
+# keeping its breaker, rate limit and partition and fair share key, so that it is admitted as its
+# source was) and record the lineage, once per (source job, request id): ON CONFLICT DO NOTHING on
 # workhorse_redrive_source_request_uniq. Returns the new job, or the redrive already recorded.
 REDRIVE = f"""
 WITH source AS (
@@ -27,11 +28,12 @@ jobs AS (
     INSERT INTO workhorse_job (
         id, job_type, queue, payload, status, priority, run_at, attempt, max_attempts,
         retry_policy, deadline, timeout, concurrency_key, concurrency_limit, tags, created_at, last_error, root_id,
-        scheduled_for, trace_context)
+        scheduled_for, trace_context, breaker_key, rate_limit, rate_partition, partition_key)
     SELECT lineage.new_job_id, source.job_type, source.queue, source.payload, 'queued', source.priority,
            drawn.now, 0, source.max_attempts, source.retry_policy, NULL, source.timeout,
            source.concurrency_key, source.concurrency_limit, source.tags, drawn.now, '',
-           coalesce(source.root_id, source.id), source.scheduled_for, source.trace_context
+           coalesce(source.root_id, source.id), source.scheduled_for, source.trace_context,
+           source.breaker_key, source.rate_limit, source.rate_partition, source.partition_key
     FROM lineage, source, drawn
     RETURNING id, queue, created_at
 ),
