@@ -88,6 +88,11 @@ MIN_SCHEDULE_EVERY, MAX_SCHEDULE_EVERY = timedelta(seconds=1), timedelta(days=36
 # A tick key is the name, "@" and a 32-character UTC instant: within MAX_KEY_BYTES.
 MAX_SCHEDULE_NAME_CHARS = 200
 MAX_SCHEDULE_NAME_BYTES = 400
+# Workflows (decision 0022): a workflow's name and its step names; the schema's hard bound on a
+# workflow's steps (WORKHORSE_WORKFLOW_MAX_STEPS lies within it), and so on a step's parents.
+MAX_WORKFLOW_NAME_CHARS = 200
+MAX_STEP_NAME_CHARS = 200
+MAX_WORKFLOW_STEPS = 10_000
 # @idempotent views: who a record belongs to, and the largest response body stored for a replay.
 MAX_IDEMPOTENT_OWNER_CHARS = 256
 DEFAULT_IDEMPOTENT_RESPONSE_MAX_BYTES = 1 * MiB

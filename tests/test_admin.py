@@ -47,7 +47,7 @@ from django_workhorse.models import (
     WorkerRecord,
 )
 from django_workhorse.operations import stats
-from tests.factories import JobFactory
+from tests.factories import JobFactory, WaitingStepFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -869,6 +869,7 @@ def test_dashboard_numbers_match_the_database(client, django_user_model):
         jobs(2, queue, JobStatus.SUCCEEDED, attempt=1, finished_at=now - 2 * 60 * minutes)  # too old to count
     jobs(2, "emails", JobStatus.SUCCEEDED, attempt=1, finished_at=now - 1 * minutes)  # no live jobs: no row
     JobFactory(queue="billing", status=JobStatus.QUEUED, run_at=now - 7 * minutes)  # the oldest ready one
+    WaitingStepFactory.create_batch(2, queue="billing")
     WorkerRecord.objects.create(
         name="worker-a", host="web-1", pid=7, queues=["default"], concurrency=2, started_at=now, heartbeat_at=now
     )
@@ -883,13 +884,15 @@ def test_dashboard_numbers_match_the_database(client, django_user_model):
     for queue in ("default", "billing"):
         mine = Job.objects.filter(queue=queue)
         expected = {
+            "waiting": mine.filter(status="waiting").count(),
             "ready": mine.filter(status="queued", run_at__lte=seen).count(),
             "scheduled": mine.filter(status="queued", run_at__gt=seen).count(),
             "running": mine.filter(status="running").count(),
             "dead": mine.filter(status="dead").count(),
         }
         assert {field: int(cells[queue][field]) for field in expected} == expected, queue
-    assert {field: int(cells["billing"][field]) for field in ("ready", "scheduled", "running", "dead")} == {
+    assert {field: int(cells["billing"][field]) for field in ("waiting", "ready", "scheduled", "running", "dead")} == {
+        "waiting": 2,
         "ready": 7,
         "scheduled": 4,
         "running": 2,
@@ -905,7 +908,7 @@ def test_dashboard_numbers_match_the_database(client, django_user_model):
     assert total == finished_recently == (4 + 1 + 1) + (8 + 2 + 2) + 2
     # the same numbers as the stats functions the status command uses
     depths = stats.queue_depths()
-    assert {d.queue: {f: getattr(d, f) for f in ("ready", "scheduled", "running", "dead")} for d in depths} == {
+    assert {d.queue: {f: getattr(d, f) for f in stats.STATES} for d in depths} == {
         queue: {field: int(value) for field, value in fields.items() if field != "oldest"}
         for queue, fields in cells.items()
     }

@@ -421,9 +421,10 @@ def test_the_gauges_match_what_the_database_holds(scraper, gauges):
     from django.utils import timezone
 
     from django_workhorse.models import Job, JobStatus, WorkerRecord
-    from tests.factories import JobFactory
+    from tests.factories import JobFactory, WaitingStepFactory
 
     now = timezone.now()
+    WaitingStepFactory.create_batch(3, queue="g-a")
     JobFactory(queue="g-a", run_at=now - timedelta(minutes=2))
     JobFactory(queue="g-a", run_at=now - timedelta(seconds=1))
     JobFactory(queue="g-a", run_at=now + timedelta(hours=1))
@@ -441,6 +442,7 @@ def test_the_gauges_match_what_the_database_holds(scraper, gauges):
     def orm(queue: str, state: str) -> int:
         jobs = Job.objects.filter(queue=queue)
         return {
+            "waiting": jobs.filter(status=JobStatus.WAITING),
             "ready": jobs.filter(status=JobStatus.QUEUED, run_at__lte=now),
             "scheduled": jobs.filter(status=JobStatus.QUEUED, run_at__gt=now),
             "running": jobs.filter(status=JobStatus.RUNNING),
@@ -450,10 +452,11 @@ def test_the_gauges_match_what_the_database_holds(scraper, gauges):
     expected = {
         labels(queue=queue, state=state): float(orm(queue, state))
         for queue in ("g-a", "g-b")
-        for state in ("ready", "scheduled", "running", "dead")
+        for state in ("waiting", "ready", "scheduled", "running", "dead")
     }
     assert gauge_values(samples, "workhorse_jobs") == expected
     assert expected[labels(queue="g-a", state="ready")] == 2  # the ORM side is not empty either
+    assert expected[labels(queue="g-a", state="waiting")] == 3
     ages = gauge_values(samples, "workhorse_oldest_ready_age_seconds")
     assert ages[labels(queue="g-a")] >= 120 and ages[labels(queue="g-b")] == 0
     assert gauge_values(samples, "workhorse_workers_alive") == {frozenset(): 1.0}

@@ -176,18 +176,30 @@ def test_purge_and_prune_delete_jobs_with_every_kind_of_child_row(status):
     assert children_of([job.pk]) == NO_CHILDREN
 
 
-def test_every_child_foreign_key_cascades_in_the_database_and_stays_deferrable():
+@pytest.mark.parametrize(
+    ("parent", "tables"),
+    [
+        (
+            "workhorse_job",
+            [
+                "workhorse_binding",
+                "workhorse_checkpoint",
+                "workhorse_job_dependency",  # child_id
+                "workhorse_job_dependency",  # parent_id
+                "workhorse_job_event",
+                "workhorse_redrive",
+                "workhorse_redrive",
+            ],
+        ),
+        ("workhorse_workflow", ["workhorse_job"]),  # a workflow's steps (migration 0021)
+    ],
+)
+def test_every_child_foreign_key_cascades_in_the_database_and_stays_deferrable(parent, tables):
     with connection.cursor() as cursor:
         cursor.execute(
             """SELECT conrelid::regclass::text, confdeltype, condeferrable, condeferred, convalidated
-            FROM pg_constraint WHERE contype = 'f' AND confrelid = 'workhorse_job'::regclass ORDER BY 1, conname"""
+            FROM pg_constraint WHERE contype = 'f' AND confrelid = %s::regclass ORDER BY 1, conname""",
+            [parent],
         )
         rows = cursor.fetchall()
-    tables = [
-        "workhorse_binding",
-        "workhorse_checkpoint",
-        "workhorse_job_event",
-        "workhorse_redrive",
-        "workhorse_redrive",
-    ]
     assert rows == [(table, "c", True, True, True) for table in tables]

@@ -29,7 +29,7 @@ from django_workhorse.management.commands.workhorse_status import format_table, 
 from django_workhorse.models import IdempotencyBinding, Job, JobEvent, JobStatus, Redrive, ScheduleState, WorkerRecord
 from django_workhorse.operations import actions
 from django_workhorse.schedules.definition import Schedule, next_tick
-from tests.factories import JobFactory
+from tests.factories import JobFactory, WaitingStepFactory
 
 pytestmark = pytest.mark.django_db
 # What workhorse_status says of the per-minute rates in a process without shared counters.
@@ -143,6 +143,7 @@ def busy_queues() -> dict[str, Any]:
     JobFactory.create_batch(2, queue="mail", run_at=now + timedelta(hours=1))
     running_mail = [running("mail", worker="w1") for _ in range(2)]
     dead("mail")
+    WaitingStepFactory.create_batch(3, queue="mail")  # workflow steps their parents have not released
     JobFactory(queue="billing", run_at=now + timedelta(minutes=5))
     running_billing = running("billing", worker="w2")
     dead("billing")
@@ -176,6 +177,7 @@ def database_depth(queue: str) -> dict[str, int]:
     """Count the jobs of ``queue`` straight from the table."""
     jobs, now = Job.objects.filter(queue=queue), timezone.now()
     return {
+        "waiting": jobs.filter(status=JobStatus.WAITING).count(),
         "ready": jobs.filter(status=JobStatus.QUEUED, run_at__lte=now).count(),
         "scheduled": jobs.filter(status=JobStatus.QUEUED, run_at__gt=now).count(),
         "running": jobs.filter(status=JobStatus.RUNNING).count(),
@@ -216,8 +218,8 @@ def test_status_json_matches_the_database(busy_queues):
     assert list(queues) == ["billing", "mail"]
     ages = {name: row.pop("oldest_ready_age_seconds") for name, row in queues.items()}
     assert queues == {name: database_depth(name) for name in queues}
-    assert queues["mail"] == {"ready": 4, "scheduled": 2, "running": 2, "dead": 1, "failing": 0}
-    assert queues["billing"] == {"ready": 0, "scheduled": 1, "running": 1, "dead": 2, "failing": 0}
+    assert queues["mail"] == {"waiting": 3, "ready": 4, "scheduled": 2, "running": 2, "dead": 1, "failing": 0}
+    assert queues["billing"] == {"waiting": 0, "ready": 0, "scheduled": 1, "running": 1, "dead": 2, "failing": 0}
     assert ages["billing"] is None  # no ready job
     assert 250 <= ages["mail"] < 250 + 30
     finished_in_hour = Job.objects.filter(finished_at__gte=timezone.now() - timedelta(minutes=60))
@@ -255,10 +257,10 @@ def test_status_prints_tables_with_the_same_numbers(busy_queues):
         "Queued jobs of types no handler in this process knows (1): tests.noop (7 queued)\n"
         "\n"
         "Queues\n"
-        "queue    ready  scheduled  failing  running  dead  oldest ready\n"
-        "-------  -----  ---------  -------  -------  ----  ------------\n"
-        "billing      0          1        0        1     2             -\n"
-        "mail         4          2        0        2     1         4 min\n"
+        "queue    waiting  ready  scheduled  failing  running  dead  oldest ready\n"
+        "-------  -------  -----  ---------  -------  -------  ----  ------------\n"
+        "billing        0      0          1        0        1     2             -\n"
+        "mail           3      4          2        0        2     1         4 min\n"
         "\n"
         "Throughput (last 60 min)\n"
         "7 finished: 3 succeeded, 4 failed (dead or cancelled); 0.12 jobs/min\n"

@@ -7,9 +7,9 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from django_workhorse.models import JobStatus, WorkerRecord
+from django_workhorse.models import JOB_WAITING_IDX, JobStatus, WorkerRecord
 from django_workhorse.operations import stats
-from tests.factories import JobFactory
+from tests.factories import JobFactory, WaitingStepFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -22,9 +22,14 @@ def test_queue_depths_count_each_live_state_per_queue_and_the_oldest_ready_age()
     JobFactory(queue="a", status=JobStatus.RUNNING, attempt=1)
     JobFactory(queue="b", status=JobStatus.DEAD, attempt=1, finished_at=now)
     JobFactory(queue="c", status=JobStatus.SUCCEEDED, attempt=1, finished_at=now)  # not live: no row
+    WaitingStepFactory.create_batch(2, queue="a")
+    WaitingStepFactory(queue="d")  # a queue with waiting steps only
     assert stats.queue_depths(now=now) == [
-        stats.QueueDepth(queue="a", ready=2, scheduled=1, running=1, dead=0, oldest_ready_age=timedelta(seconds=90)),
+        stats.QueueDepth(
+            queue="a", waiting=2, ready=2, scheduled=1, running=1, dead=0, oldest_ready_age=timedelta(seconds=90)
+        ),
         stats.QueueDepth(queue="b", dead=1),
+        stats.QueueDepth(queue="d", waiting=1),
     ]
 
 
@@ -47,6 +52,7 @@ def test_queue_depths_read_the_partial_indexes_and_never_the_finished_history():
     JobFactory(queue="a", run_at=now - timedelta(seconds=5))
     JobFactory(queue="a", status=JobStatus.RUNNING, attempt=1, lease_expires_at=now + timedelta(minutes=5))
     JobFactory(queue="a", status=JobStatus.DEAD, attempt=1, finished_at=now)
+    WaitingStepFactory(queue="a")
     with connection.cursor() as cursor:
         cursor.execute(HISTORY, [50_000])
         cursor.execute("ANALYZE workhorse_job")
@@ -55,10 +61,10 @@ def test_queue_depths_read_the_partial_indexes_and_never_the_finished_history():
 
     assert "Seq Scan on workhorse_job" not in plan, plan
     assert "workhorse_job_finished_idx" not in plan, plan
-    for index in ("workhorse_job_ready_idx", "workhorse_job_lease_idx", "workhorse_job_dead_idx"):
+    for index in ("workhorse_job_ready_idx", "workhorse_job_lease_idx", "workhorse_job_dead_idx", JOB_WAITING_IDX):
         assert index in plan, plan
     assert stats.queue_depths(now=now) == [
-        stats.QueueDepth(queue="a", ready=1, running=1, dead=1, oldest_ready_age=timedelta(seconds=5))
+        stats.QueueDepth(queue="a", waiting=1, ready=1, running=1, dead=1, oldest_ready_age=timedelta(seconds=5))
     ]
     # The dashboard's recent failures: the newest dead letters, from the same index.
     from django_workhorse.models import Job

@@ -102,8 +102,12 @@ class StatusFilter(admin.SimpleListFilter):
     parameter_name = "status"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        statuses = [(str(value), str(label)) for value, label in JobStatus.choices]
-        return [statuses[0], (FAILING, "Failing (waiting for a retry)"), *statuses[1:]]
+        choices: list[tuple[str, str]] = []
+        for value, label in JobStatus.choices:
+            choices.append((str(value), str(label)))
+            if value == JobStatus.QUEUED:
+                choices.append((FAILING, "Failing (waiting for a retry)"))
+        return choices
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         if self.value() == FAILING:

@@ -41,8 +41,16 @@ else:  # Django's runtime TaskResult is not generic (the backport's is).
 # By value: django-stubs types the members themselves as `...`.
 READY, RUNNING = TaskResultStatus("READY"), TaskResultStatus("RUNNING")
 SUCCESSFUL, FAILED = TaskResultStatus("SUCCESSFUL"), TaskResultStatus("FAILED")
-# Job status -> TaskResult status. A cancelled job is FAILED: django.tasks has no other final state.
-STATUSES = {"queued": READY, "running": RUNNING, "succeeded": SUCCESSFUL, "dead": FAILED, "cancelled": FAILED}
+# Job status -> TaskResult status. A cancelled job is FAILED: django.tasks has no other final state; a
+# waiting workflow step is READY, as a queued job that is not due yet is.
+STATUSES = {
+    "waiting": READY,
+    "queued": READY,
+    "running": RUNNING,
+    "succeeded": SUCCESSFUL,
+    "dead": FAILED,
+    "cancelled": FAILED,
+}
 # The exception class of an error no exception stands for (a deadline, an expired lease).
 WORKHORSE_ERROR = f"{WorkhorseError.__module__}.{WorkhorseError.__qualname__}"
 

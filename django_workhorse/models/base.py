@@ -49,13 +49,31 @@ EFFECT_KEY_HASH_CHECK = "workhorse_effect_key_hash_check"
 EFFECT_SCOPE_CHECK = "workhorse_effect_scope_check"
 SCHEDULE_NAME_UNIQ = "workhorse_schedule_name_uniq"
 SCHEDULE_EVENT_REQUEST_UNIQ = "workhorse_schedule_event_request_uniq"
+# Workflows (decision 0022): the workflow row, its steps' columns on workhorse_job, and the edges.
+WORKFLOW_NAME_CHECK = "workhorse_workflow_name_check"
+WORKFLOW_FINGERPRINT_CHECK = "workhorse_workflow_fingerprint_check"
+WORKFLOW_KEY_CHECK = "workhorse_workflow_key_check"
+WORKFLOW_KEY_HASH_CHECK = "workhorse_workflow_key_hash_check"
+WORKFLOW_SCOPE_CHECK = "workhorse_workflow_scope_check"
+WORKFLOW_STEP_COUNT_CHECK = "workhorse_workflow_step_count_check"
+JOB_WORKFLOW_STEP_CHECK = "workhorse_job_workflow_step_check"
+JOB_PENDING_PARENTS_CHECK = "workhorse_job_pending_parents_check"
+JOB_WAITING_CHECK = "workhorse_job_waiting_check"
+JOB_WORKFLOW_STEP_UNIQ = "workhorse_job_workflow_step_uniq"
+JOB_WORKFLOW_IDX = "workhorse_job_workflow_idx"
+JOB_WAITING_IDX = "workhorse_job_waiting_idx"
+DEPENDENCY_CHILD_PARENT_UNIQ = "workhorse_dependency_child_parent_uniq"
+# Django caps index names at 30 characters.
+DEPENDENCY_PARENT_IDX = "workhorse_dep_parent_idx"
+DEPENDENCY_NOT_SELF_CHECK = "workhorse_dependency_not_self_check"
 # The identity sequence PostgreSQL creates for workhorse_job.id; enqueue draws ids from it
 # before inserting so that a binding and its job can be written in one statement.
 JOB_ID_SEQUENCE = "workhorse_job_id_seq"
-# How a job's children (bindings, events, checkpoints, redrive records) reference it. The database
-# deletes them with the job (ON DELETE CASCADE, set by migration 0007, since Django 5.2 cannot declare
-# it), so purge and prune delete only jobs and ``Job.objects.filter(...).delete()`` is one DELETE:
-# DO_NOTHING keeps the ORM from collecting and deleting the children itself.
+# How a job's children (bindings, events, checkpoints, redrive records, dependency edges) reference
+# it, and a workflow's jobs their workflow. The database deletes them with their parent row (ON DELETE
+# CASCADE, set by migrations 0007 and 0021, since Django 5.2 cannot declare it), so purge and prune
+# delete only jobs (or workflows) and ``Job.objects.filter(...).delete()`` is one DELETE: DO_NOTHING
+# keeps the ORM from collecting and deleting the children itself.
 JOB_CHILD = models.DO_NOTHING
 
 
@@ -92,18 +110,25 @@ class HashedKey(models.Model):
         return key_digest(bytes(self.key_hash))
 
 
+def key_hash_condition() -> models.lookups.Exact:
+    """A 32-byte SHA-256 (NULL passes, as in every CHECK)."""
+    return models.lookups.Exact(octet_length("key_hash"), 32)
+
+
+def scope_condition() -> models.Q:
+    """A scope of 1..MAX_SCOPE_BYTES bytes (NULL passes, as in every CHECK)."""
+    return models.Q(
+        models.lookups.GreaterThanOrEqual(octet_length("scope"), 1),
+        models.lookups.LessThanOrEqual(octet_length("scope"), conf.MAX_SCOPE_BYTES),
+    )
+
+
 def hashed_key_constraints(*, unique: str, key_hash_check: str, scope_check: str) -> list[models.BaseConstraint]:
     """One owner per ``(scope, key_hash)``, a 32-byte hash and a scope of 1..MAX_SCOPE_BYTES bytes."""
     return [
         models.UniqueConstraint(fields=["scope", "key_hash"], name=unique),
-        models.CheckConstraint(condition=models.lookups.Exact(octet_length("key_hash"), 32), name=key_hash_check),
-        models.CheckConstraint(
-            condition=models.Q(
-                models.lookups.GreaterThanOrEqual(octet_length("scope"), 1),
-                models.lookups.LessThanOrEqual(octet_length("scope"), conf.MAX_SCOPE_BYTES),
-            ),
-            name=scope_check,
-        ),
+        models.CheckConstraint(condition=key_hash_condition(), name=key_hash_check),
+        models.CheckConstraint(condition=scope_condition(), name=scope_check),
     ]
 
 

@@ -23,6 +23,7 @@ from django_workhorse.models.base import (
     JOB_FINISHED_IDX,
     JOB_LEASE_IDX,
     JOB_MAX_ATTEMPTS_CHECK,
+    JOB_PENDING_PARENTS_CHECK,
     JOB_PRIORITY_CHECK,
     JOB_QUEUE_CHECK,
     JOB_READY_IDX,
@@ -31,6 +32,11 @@ from django_workhorse.models.base import (
     JOB_STATUS_CHECK,
     JOB_TAGS_CHECK,
     JOB_TYPE_CHECK,
+    JOB_WAITING_CHECK,
+    JOB_WAITING_IDX,
+    JOB_WORKFLOW_IDX,
+    JOB_WORKFLOW_STEP_CHECK,
+    JOB_WORKFLOW_STEP_UNIQ,
     REDRIVE_REQUEST_UNIQ,
     octet_length,
     readable_instant,
@@ -38,8 +44,10 @@ from django_workhorse.models.base import (
 
 
 class JobStatus(models.TextChoices):
-    """Where a job is in its life. ``succeeded``, ``dead`` and ``cancelled`` are terminal."""
+    """Where a job is in its life. ``succeeded``, ``dead`` and ``cancelled`` are terminal; a
+    ``waiting`` workflow step is not, but no worker claims it until its parents release it."""
 
+    WAITING = "waiting"
     QUEUED = "queued"
     RUNNING = "running"
     SUCCEEDED = "succeeded"
@@ -136,6 +144,24 @@ class Job(models.Model):
     partition_key = models.CharField(  # noqa: DJ001
         max_length=conf.MAX_PARTITION_KEY_BYTES, null=True, blank=True, editable=False
     )
+    # Workflow steps (decision 0022): the workflow and the step's name, both NULL for a plain job. No
+    # index of its own: the partial workflow indexes lead with it (and serve the cascade's lookup).
+    workflow = models.ForeignKey(
+        "workhorse.Workflow",
+        on_delete=JOB_CHILD,
+        null=True,
+        blank=True,
+        db_index=False,
+        related_name="jobs",
+        editable=False,
+    )
+    step_name = models.CharField(  # noqa: DJ001
+        max_length=conf.MAX_STEP_NAME_CHARS, null=True, blank=True, editable=False
+    )
+    pending_parents = models.IntegerField(
+        db_default=0, editable=False, help_text="Dependencies not yet satisfied; the step waits while it is above 0."
+    )
+    awaited = models.BooleanField(db_default=False, editable=False, help_text="A caller waits for its outcome.")
 
     class Meta:
         db_table = "workhorse_job"
@@ -187,6 +213,21 @@ class Job(models.Model):
                 fields=["breaker_key"],
                 name=JOB_BREAKER_HELD_IDX,
                 condition=models.Q(status=JobStatus.QUEUED, held_since__isnull=False),
+            ),
+            # Workflow steps only, so plain jobs never enter it: a step's jobs, its lineage's latest
+            # (a redriven job joins it) the highest id.
+            models.Index(
+                fields=["workflow", "step_name", "id"],
+                name=JOB_WORKFLOW_IDX,
+                condition=models.Q(workflow__isnull=False),
+            ),
+            # Waiting steps by workflow (blocked workflows, without reading the history), covering the
+            # queue so that the queue depths count them from the index alone.
+            models.Index(
+                fields=["workflow"],
+                include=["queue"],
+                name=JOB_WAITING_IDX,
+                condition=models.Q(status=JobStatus.WAITING),
             ),
         ]
         constraints = [
@@ -240,6 +281,26 @@ class Job(models.Model):
             models.CheckConstraint(condition=readable_instant("run_at"), name=JOB_RUN_AT_CHECK),
             models.CheckConstraint(condition=readable_instant("deadline"), name=JOB_DEADLINE_CHECK),
             models.CheckConstraint(condition=models.Q(snoozes__gte=0), name=JOB_SNOOZES_CHECK),
+            # A workflow step has both, a plain job neither.
+            models.CheckConstraint(
+                condition=models.Q(workflow__isnull=True, step_name__isnull=True)
+                | models.Q(workflow__isnull=False, step_name__isnull=False),
+                name=JOB_WORKFLOW_STEP_CHECK,
+            ),
+            models.CheckConstraint(
+                condition=models.Q(pending_parents__gte=0, pending_parents__lte=conf.MAX_WORKFLOW_STEPS),
+                name=JOB_PENDING_PARENTS_CHECK,
+            ),
+            # No waiting job that nothing can release.
+            models.CheckConstraint(
+                condition=~models.Q(status=JobStatus.WAITING) | models.Q(pending_parents__gt=0), name=JOB_WAITING_CHECK
+            ),
+            # One original job per step; redriven jobs (root_id set) join its lineage.
+            models.UniqueConstraint(
+                fields=["workflow", "step_name"],
+                name=JOB_WORKFLOW_STEP_UNIQ,
+                condition=models.Q(workflow__isnull=False, root_id__isnull=True),
+            ),
             models.CheckConstraint(
                 condition=models.lookups.LessThanOrEqual(octet_length("breaker_key"), conf.MAX_BREAKER_KEY_BYTES)
                 & models.lookups.GreaterThanOrEqual(octet_length("breaker_key"), 1),

@@ -21,7 +21,7 @@ from django_workhorse.tasks.registry import get_handler, registered
 
 THROUGHPUT_MINUTES = 60
 # The states a queue's depth counts, as QueueDepth names them.
-STATES = ("ready", "scheduled", "running", "dead")
+STATES = ("waiting", "ready", "scheduled", "running", "dead")
 # The scopes a listing of live bindings shows at most, those with the most bindings first.
 MAX_SCOPES_SHOWN = 50
 # How much of an error a listing reads (in SQL) to show its first line.
@@ -34,9 +34,12 @@ MAX_JOB_TYPES_CHECKED = 1000
 
 @dataclass(frozen=True)
 class QueueDepth:
-    """How many jobs of one queue are in each live state, and how long the oldest ready one waited."""
+    """How many jobs of one queue are in each live state, and how long the oldest ready one waited.
+
+    ``waiting``: workflow steps whose parents have not released them yet (no worker claims them)."""
 
     queue: str
+    waiting: int = 0
     ready: int = 0
     scheduled: int = 0
     running: int = 0
@@ -48,6 +51,7 @@ class QueueDepth:
         age = None if self.oldest_ready_age is None else round(self.oldest_ready_age.total_seconds(), 3)
         return {
             "queue": self.queue,
+            "waiting": self.waiting,
             "ready": self.ready,
             "scheduled": self.scheduled,
             "running": self.running,
@@ -86,13 +90,13 @@ class WorkerStatus:
 def queue_depths(*, using: str | None = None, now: datetime | None = None) -> list[QueueDepth]:
     """Return the depth of every queue that has live or dead jobs, by queue name.
 
-    One statement of three branches, one per status, each answerable from that status's partial
-    index (ready, lease and dead jobs'), so the finished history is never read, however large.
+    One statement of four branches, one per status, each answerable from that status's partial
+    index (waiting, ready, lease and dead jobs'), so the finished history is never read, however large.
     """
     now = now or timezone.now()
     totals: dict[str, dict[str, Any]] = {}
     for row in queue_depth_rows(using=using, now=now):
-        total = totals.setdefault(row["queue"], {"ready": 0, "scheduled": 0, "running": 0, "dead": 0, "oldest": None})
+        total = totals.setdefault(row["queue"], {**dict.fromkeys(STATES, 0), "oldest": None})
         for state in STATES:
             total[state] += row[state]
         if row["oldest_ready"] is not None:
@@ -100,6 +104,7 @@ def queue_depths(*, using: str | None = None, now: datetime | None = None) -> li
     return [
         QueueDepth(
             queue=queue,
+            waiting=total["waiting"],
             ready=total["ready"],
             scheduled=total["scheduled"],
             running=total["running"],
@@ -117,7 +122,7 @@ def queue_depth_rows(*, using: str | None = None, now: datetime) -> QuerySet[Any
     zero, no_time = Value(0), Value(None, output_field=DateTimeField())
 
     def branch(status: str, **counts: Any) -> QuerySet[Any]:
-        columns = {"ready": zero, "scheduled": zero, "running": zero, "dead": zero, "oldest_ready": no_time}
+        columns = {**dict.fromkeys(STATES, zero), "oldest_ready": no_time}
         rows: QuerySet[Any] = jobs.filter(status=status).values("queue").annotate(**{**columns, **counts})
         return rows
 
@@ -129,7 +134,8 @@ def queue_depth_rows(*, using: str | None = None, now: datetime) -> QuerySet[Any
     )
     running = branch(JobStatus.RUNNING, running=Count("*"))
     dead = branch(JobStatus.DEAD, dead=Count("*"))
-    rows: QuerySet[Any] = queued.union(running, dead, all=True)
+    waiting = branch(JobStatus.WAITING, waiting=Count("*"))
+    rows: QuerySet[Any] = queued.union(running, dead, waiting, all=True)
     return rows
 
 

@@ -28,7 +28,7 @@ from django_workhorse.enqueueing.api import enqueue_prepared
 from django_workhorse.enqueueing.prepared import PreparedJob
 from django_workhorse.enqueueing.storable import check_datetime, check_json
 from django_workhorse.exceptions import EnqueueIdempotencyConflictError, EnqueueValidationError, InvalidArgumentError
-from django_workhorse.models import JobStatus, ScheduleState
+from django_workhorse.models import TERMINAL_STATUSES, JobStatus, ScheduleState
 from django_workhorse.observability import instruments
 from django_workhorse.schedules.definition import (
     TICK_KEY_SCOPE,
@@ -57,8 +57,8 @@ from django_workhorse.types import EnqueueResult, Idempotency
 
 logger = logging.getLogger(__name__)
 
-# overlap="skip" waits while the previous job is in one of these.
-LIVE_STATUSES = (str(JobStatus.QUEUED), str(JobStatus.RUNNING))
+# overlap="skip" waits while the previous job is in one of these: any status that is not terminal.
+LIVE_STATUSES = tuple(status for status in JobStatus.values if status not in TERMINAL_STATUSES)
 # The system checks that report a schedule the evaluation leaves out.
 LEFT_OUT_CHECK_IDS = (
     INVALID_CRON,

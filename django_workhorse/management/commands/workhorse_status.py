@@ -268,11 +268,12 @@ class Command(BaseCommand):
             self.stdout.write("No queued, running or dead jobs." if anything else "No jobs.")
             return
         rows = [
-            [d.queue, d.ready, d.scheduled, failing.get(d.queue, 0), d.running, d.dead, human_age(d.oldest_ready_age)]
+            [d.queue, d.waiting, d.ready, d.scheduled, failing.get(d.queue, 0), d.running, d.dead]
+            + [human_age(d.oldest_ready_age)]
             for d in depths
         ]
-        headers = ["queue", "ready", "scheduled", "failing", "running", "dead", "oldest ready"]
-        for line in format_table(headers, rows, right=range(1, 7)):
+        headers = ["queue", "waiting", "ready", "scheduled", "failing", "running", "dead", "oldest ready"]
+        for line in format_table(headers, rows, right=range(1, 8)):
             self.stdout.write(line)
 
     def _write_paused(self, paused: list[PausedQueue]) -> None:

@@ -62,7 +62,9 @@ class DatabaseGauges(Collector):
 def _read() -> list[Metric]:
     now = timezone.now()
     jobs = GaugeMetricFamily(
-        "workhorse_jobs", "Jobs by queue and state (ready, scheduled, running, dead).", labels=["queue", "state"]
+        "workhorse_jobs",
+        "Jobs by queue and state (waiting, ready, scheduled, running, dead).",
+        labels=["queue", "state"],
     )
     oldest = GaugeMetricFamily(
         "workhorse_oldest_ready_age_seconds",
