@@ -19,10 +19,10 @@ from django_workhorse import (
     InvalidArgumentError,
     Throttle,
     Unique,
+    WorkflowDefinitionError,
     task,
 )
 from django_workhorse.checks import check_settings
-from django_workhorse.exceptions import WorkflowDefinitionError
 from django_workhorse.workflows import Plan, Step, Workflow
 
 
@@ -455,6 +455,13 @@ def test_a_payload_over_the_bound_is_refused_at_plan_under_the_setting_in_force(
         workflow.plan()
     error = caught.value
     assert (error.step, error.field, error.bound) == ("big", "payload", "at most 64 bytes serialized")
+
+
+def test_workflow_is_not_public_before_it_can_enqueue():
+    import django_workhorse
+
+    assert "Workflow" not in django_workhorse.__all__
+    assert not hasattr(django_workhorse, "Workflow")
 
 
 def test_the_error_is_an_invalid_argument_error():
