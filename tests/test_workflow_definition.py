@@ -4,6 +4,7 @@ field, with the exact bound; nothing is read or written (one test pins that no q
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import timedelta
 
 import pytest
@@ -367,6 +368,10 @@ def test_a_diamond_comes_out_in_topological_order_with_forward_references():
         ("close", ("pack", "mail")),
     ]
     assert plan.edges() == ((1, 0, True), (2, 0, False), (3, 2, False), (3, 1, False))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        plan.steps = ()  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        plan.steps[0].parents = ("x",)  # type: ignore[misc]
 
 
 def test_steps_ready_together_keep_the_order_they_were_added_in():
