@@ -36,6 +36,7 @@ from django_workhorse.exceptions import (
     ScheduleNotFoundError,
     TaskDefinitionError,
     WorkerThreadError,
+    WorkflowDefinitionError,
     WorkhorseBackendNotConfiguredError,
     WorkhorseError,
 )
@@ -173,6 +174,7 @@ __all__ = [
     "Throttle",
     "Unique",
     "WorkerThreadError",
+    "WorkflowDefinitionError",
     "WorkhorseBackendNotConfiguredError",
     "WorkhorseError",
     "__version__",

@@ -73,7 +73,7 @@ def _positive_durations() -> list[CheckMessage]:
 @register
 def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[CheckMessage]:
     """WORKHORSE_* settings must have the right type and stay within bounds (workhorse.E002-E010, E201-E202,
-    E209, E301, E401, E402, E410-E411)."""
+    E209, E301, E401, E402, E410-E411, E501)."""
     errors: list[CheckMessage] = []
     size = _configured("MAX_PAYLOAD_BYTES")
     if not isinstance(size, int) or isinstance(size, bool) or not 1 <= size <= conf.MAX_PAYLOAD_BYTES_LIMIT:
@@ -117,7 +117,18 @@ def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
     errors.extend(_max_snoozes())
     errors.extend(_queue_options())
     errors.extend(_rate_limits())
+    errors.extend(_workflow_max_steps())
     return errors
+
+
+def _workflow_max_steps() -> list[CheckMessage]:
+    """WORKHORSE_WORKFLOW_MAX_STEPS (workhorse.E501): an integer within the schema's bound."""
+    low, high = conf.MIN_WORKFLOW_MAX_STEPS, conf.MAX_WORKFLOW_MAX_STEPS
+    value = _configured("WORKFLOW_MAX_STEPS")
+    if isinstance(value, int) and not isinstance(value, bool) and low <= value <= high:
+        return []
+    message = f"WORKHORSE_WORKFLOW_MAX_STEPS must be an integer in {low}..{high}, got {value!r}."
+    return [Error(message, id="workhorse.E501")]
 
 
 def _rate_limits() -> list[CheckMessage]:

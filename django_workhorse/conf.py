@@ -98,6 +98,9 @@ MAX_IDEMPOTENT_OWNER_CHARS = 256
 DEFAULT_IDEMPOTENT_RESPONSE_MAX_BYTES = 1 * MiB
 MIN_IDEMPOTENT_RESPONSE_MAX_BYTES, MAX_IDEMPOTENT_RESPONSE_MAX_BYTES = 1024, 16 * MiB
 DEFAULT_IDEMPOTENT_TTL = timedelta(hours=24)
+# WORKHORSE_WORKFLOW_MAX_STEPS: its default, and its bounds (at most the schema's MAX_WORKFLOW_STEPS).
+DEFAULT_WORKFLOW_MAX_STEPS = 1000
+MIN_WORKFLOW_MAX_STEPS, MAX_WORKFLOW_MAX_STEPS = 1, MAX_WORKFLOW_STEPS
 # The metrics endpoint's bearer token: long enough not to be guessed, short enough for a header.
 MIN_METRICS_TOKEN_CHARS, MAX_METRICS_TOKEN_CHARS = 16, 512
 # What ``check --deploy`` (workhorse.W103) expects of it: about 190 bits or more when random
@@ -201,6 +204,9 @@ class WorkhorseSettings:
     )
     SCHEDULE_INTERVAL = Setting(
         DEFAULT_SCHEDULE_INTERVAL, "How often a worker evaluates the schedules, at most (1 s; 1 ms..1 day)."
+    )
+    WORKFLOW_MAX_STEPS = Setting(
+        DEFAULT_WORKFLOW_MAX_STEPS, "How many steps a workflow may have at most (1,000; 1..10,000)."
     )
     IDEMPOTENT_RESPONSE_MAX_BYTES = Setting(
         DEFAULT_IDEMPOTENT_RESPONSE_MAX_BYTES,

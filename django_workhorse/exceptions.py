@@ -45,6 +45,27 @@ class EnqueueValidationError(InvalidArgumentError):
         """Return a copy of this error that names its position in a batch."""
         return EnqueueValidationError(field=self.field, bound=self.bound, value=self.value, ordinal=ordinal)
 
+    def for_step(self, step: str) -> WorkflowDefinitionError:
+        """Return this error as a workflow's, naming the step whose request it refuses."""
+        return WorkflowDefinitionError(step=step, field=self.field, bound=self.bound, value=self.value)
+
+
+class WorkflowDefinitionError(InvalidArgumentError):
+    """A workflow's definition is out of its bounds; nothing was written.
+
+    ``step`` names the step at fault (None for the workflow itself: its name, its key, its number
+    of steps), ``field`` the argument (``after``, ``step_name``, or an enqueue option of the step's
+    request), ``bound`` what it must be and ``value`` what was given (never a key).
+    """
+
+    def __init__(self, *, field: str, bound: str, value: Any = None, step: str | None = None) -> None:
+        self.step = step
+        super().__init__(field=field, bound=bound, value=value)
+
+    def _message(self) -> str:
+        where = "workflow" if self.step is None else f"workflow step {_short_repr(self.step)}"
+        return f"{where}: {super()._message()}"
+
 
 class EnqueueIdempotencyConflictError(WorkhorseError):
     """A live key was reused for a materially different request.

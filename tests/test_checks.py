@@ -235,6 +235,7 @@ def test_check_settings_rejects_a_prepared_statements_value_that_is_not_a_bool(p
         ("IDEMPOTENT_RESPONSE_MAX_BYTES", 0, "workhorse.E209"),
         ("MAX_SNOOZES", 0, "workhorse.E401"),
         ("QUEUES", {"q": {"fair": 1}}, "workhorse.E410"),
+        ("WORKFLOW_MAX_STEPS", 0, "workhorse.E501"),
     ],
 )
 def test_checks_read_each_setting_through_app_settings(monkeypatch, name, bad, check_id):

@@ -42,6 +42,7 @@ PUBLIC = {
     "ScheduleNotFoundError": "django_workhorse.exceptions",
     "TaskDefinitionError": "django_workhorse.exceptions",
     "WorkerThreadError": "django_workhorse.exceptions",
+    "WorkflowDefinitionError": "django_workhorse.exceptions",
     "WorkhorseBackendNotConfiguredError": "django_workhorse.exceptions",
     "WorkhorseError": "django_workhorse.exceptions",
     # Values (django_workhorse.types) and definitions

@@ -19,15 +19,10 @@ from django.db import router, transaction
 from django_workhorse import conf, sql
 from django_workhorse.conf import app_settings
 from django_workhorse.enqueueing.after_write import after_write
+from django_workhorse.enqueueing.entries import prepare_entry
 from django_workhorse.enqueueing.fingerprints import differing_fields
 from django_workhorse.enqueueing.prepared import PreparedJob
-from django_workhorse.enqueueing.validation import (
-    CheckedOptions,
-    check_caller_scope,
-    check_options,
-    prepare,
-    resolve_options,
-)
+from django_workhorse.enqueueing.validation import CheckedOptions, check_caller_scope, prepare, resolve_options
 from django_workhorse.exceptions import EnqueueIdempotencyConflictError, EnqueueValidationError, KeyNotSettledError
 from django_workhorse.models import Job
 from django_workhorse.observability import instruments, tracing
@@ -145,52 +140,9 @@ def _prepare_entry(
             field="requests", bound="EnqueueRequest values", value=type(entry).__name__, ordinal=ordinal
         )
     try:
-        options = _resolved_options(entry, resolved)
-        done = checked.get(id(options))
-        if done is None:
-            checked[id(options)] = done = _check_options_once(options, checked)
-        return prepare(entry.job_type, entry.payload, options, checked=done, max_payload_bytes=limit)
+        return prepare_entry(entry, checked, resolved, limit)
     except EnqueueValidationError as exc:
         raise exc.for_ordinal(ordinal) from exc
-
-
-def _resolved_options(entry: EnqueueRequest, resolved: dict[tuple[int, str], EnqueueOptions]) -> EnqueueOptions:
-    """The options of one batch entry, with its task's defaults; once per options object and job type."""
-    job_type: object = entry.job_type
-    if not isinstance(job_type, str):  # refused by ``prepare``, naming the field
-        return check_caller_scope(resolve_options(entry.options, {}))
-    slot = (id(entry.options), job_type)
-    options = resolved.get(slot)
-    if options is None:
-        options = check_caller_scope(resolve_options(entry.options, {}, task_defaults(job_type)))
-        resolved[slot] = options
-    return options
-
-
-def _check_options_once(options: EnqueueOptions, checked: dict[Any, CheckedOptions]) -> CheckedOptions:
-    """``check_options``, once per batch for options that differ only in their keyed mode.
-
-    A batch of new keys builds one ``EnqueueOptions`` per row, all alike but for the key: they are
-    checked once by value. The value key carries every checked value with its type (``True`` is not
-    ``1`` here, nor ``2.0`` ``2``) and the retry policy by identity (its JSON text depends on its
-    field types); the requests hold their options for the whole call, so identities stay unique.
-    Only a successful check is remembered; anything unhashable is simply checked.
-    """
-    values = (
-        options.queue, options.priority, options.run_at, options.delay, options.max_attempts, options.deadline,
-        options.timeout, options.concurrency_key, options.concurrency_limit, options.breaker_key,
-        options.rate_limit, options.rate_partition, options.partition_key,
-    )  # fmt: skip
-    try:
-        tags = tuple(options.tags)
-        key = ("by value", values, tuple(map(type, values)), type(options.tags), tags, tuple(map(type, tags)),
-               id(options.retry_policy))  # fmt: skip
-        done = checked.get(key)
-    except TypeError:
-        return check_options(options)
-    if done is None:
-        checked[key] = done = check_options(options)
-    return done
 
 
 def _alias(using: str | None) -> str:

@@ -128,6 +128,26 @@ class Task(Generic[P, R]):
             options["unique"] = Unique(key)
         return EnqueueRequest(self.name, payload, resolve_options(None, options, self.defaults))
 
+    def s(self, *args: Any, **kwargs: Any) -> EnqueueRequest:
+        """Build the :class:`EnqueueRequest` of a call with the task's default options, for a workflow step.
+
+        Arguments are bound now (``TypeError`` here for a call that does not fit). No key is ever
+        derived, even for an ``idempotent=True`` task: a workflow's own key deduplicates its steps.
+        """
+        return self.as_request(args, kwargs, idempotent=False)
+
+    def signature(
+        self, args: tuple[Any, ...] | list[Any] = (), kwargs: dict[str, Any] | None = None, **options: Any
+    ) -> EnqueueRequest:
+        """Build the :class:`EnqueueRequest` of a call with option overrides (``queue=``, ``priority=``…).
+
+        Like :meth:`s`: arguments bound now, no derived key. Options are those of :meth:`apply_async`
+        but ``using`` and ``idempotent`` (a step has no key of its own).
+        """
+        if "idempotent" in options:
+            raise TypeError("signature() takes no idempotent=: a step never derives a key of its own")
+        return self.as_request(args, kwargs, idempotent=False, **options)
+
     def derived_key(self, *args: Any, **kwargs: Any) -> str:
         """Return the key ``idempotent=True`` derives for this call (see docs/derived-keys.md)."""
         return derived_key(self.name, bind_arguments(self.func, args, kwargs))

@@ -1,0 +1,7 @@
+"""Workflows: graphs of ordinary jobs, released by their parents' outcomes (decision 0022)."""
+
+from __future__ import annotations
+
+from django_workhorse.workflows.definition import Plan, PlannedStep, Step, Workflow
+
+__all__ = ["Plan", "PlannedStep", "Step", "Workflow"]
