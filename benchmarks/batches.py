@@ -104,8 +104,9 @@ def staged_rate(keyed: bool, batches: int, size: int) -> float:
             ]
         else:
             entries = [EnqueueRequest("noop", PAYLOAD, plain) for _ in range(size)]
-        checked: dict[int, Any] = {}
-        prepared = [_prepare_entry(o, e, checked, limit) for o, e in enumerate(entries)]
+        checked: dict[Any, Any] = {}
+        resolved: dict[Any, Any] = {}
+        prepared = [_prepare_entry(o, e, checked, resolved, limit) for o, e in enumerate(entries)]
         with raw.transaction():
             cursor = raw.cursor()
             cursor.execute(create)
