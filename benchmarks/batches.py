@@ -81,7 +81,7 @@ def staged_rate(keyed: bool, batches: int, size: int) -> float:
     columns = ", ".join(f"{name} {kind}" for name, kind in sql._REQUEST_COLUMNS)
     create = f"CREATE TEMP TABLE workhorse_stage ({columns}) ON COMMIT DROP"
     requests_cte = (
-        f"requests AS (SELECT stage.*, {sql._DRAWN} FROM (SELECT * FROM pg_temp.workhorse_stage ORDER BY ordinal)"
+        f"requests AS (SELECT stage.*, {sql.DRAWN} FROM (SELECT * FROM pg_temp.workhorse_stage ORDER BY ordinal)"
         " AS stage)"
     )
     if keyed:

@@ -36,6 +36,7 @@ from django_workhorse.exceptions import (
     ScheduleNotFoundError,
     TaskDefinitionError,
     WorkerThreadError,
+    WorkflowConflictError,
     WorkflowDefinitionError,
     WorkhorseBackendNotConfiguredError,
     WorkhorseError,
@@ -76,6 +77,7 @@ if TYPE_CHECKING:
     from django_workhorse.tasks.decorator import Task, task
     from django_workhorse.tasks.registry import register
     from django_workhorse.worker import HandlerContext
+    from django_workhorse.workflows import Workflow, WorkflowResult
 
 try:
     __version__ = version("django-workhorse")
@@ -113,6 +115,8 @@ _LAZY = {
     "once": "django_workhorse.effects.ledger",
     "once_block": "django_workhorse.effects.ledger",
     "Operation": "django_workhorse.effects.ledger",
+    "Workflow": "django_workhorse.workflows",
+    "WorkflowResult": "django_workhorse.workflows",
 }
 
 
@@ -174,7 +178,10 @@ __all__ = [
     "Throttle",
     "Unique",
     "WorkerThreadError",
+    "Workflow",
+    "WorkflowConflictError",
     "WorkflowDefinitionError",
+    "WorkflowResult",
     "WorkhorseBackendNotConfiguredError",
     "WorkhorseError",
     "__version__",

@@ -103,6 +103,26 @@ class EnqueueIdempotencyConflictError(WorkhorseError):
         )
 
 
+class WorkflowConflictError(EnqueueIdempotencyConflictError):
+    """A live workflow key was reused for a different graph; nothing was written.
+
+    ``steps`` names the steps added, removed, or changed in request or dependencies;
+    ``conflicting_fields`` carries the differing fingerprint fields (``name``, ``step:<name>``, or
+    ``workflow`` when a plain job owns the key); ``job_id`` is the owner's anchor job.
+    """
+
+    def __init__(self, *, steps: Sequence[str], workflow_id: int | None, **conflict: Any) -> None:
+        super().__init__(**conflict)
+        self.steps = tuple(steps)
+        self.workflow_id = workflow_id
+        owner = f"workflow {workflow_id}" if workflow_id is not None else f"job {self.job_id} (not a workflow)"
+        differs = f"steps {', '.join(map(repr, self.steps))}" if self.steps else ", ".join(self.conflicting_fields)
+        self.args = (
+            f"{self.mode} key {self.key_preview} [{self.key_digest}] in scope {self.scope!r} is owned by {owner}; "
+            f"this workflow differs in {differs}",
+        )
+
+
 class JobDoesNotExist(WorkhorseError, ObjectDoesNotExist):  # noqa: N818 (Django naming)
     """No job has the given id."""
 

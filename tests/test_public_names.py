@@ -42,6 +42,7 @@ PUBLIC = {
     "ScheduleNotFoundError": "django_workhorse.exceptions",
     "TaskDefinitionError": "django_workhorse.exceptions",
     "WorkerThreadError": "django_workhorse.exceptions",
+    "WorkflowConflictError": "django_workhorse.exceptions",
     "WorkflowDefinitionError": "django_workhorse.exceptions",
     "WorkhorseBackendNotConfiguredError": "django_workhorse.exceptions",
     "WorkhorseError": "django_workhorse.exceptions",
@@ -100,6 +101,9 @@ PUBLIC = {
     "drain_queue": "django_workhorse.operations.queues",
     "reset_breaker": "django_workhorse.operations.breakers",
     "breaker_states": "django_workhorse.operations.breakers",
+    # Workflows
+    "Workflow": "django_workhorse.workflows.definition",
+    "WorkflowResult": "django_workhorse.workflows.result",
 }
 
 

@@ -462,11 +462,12 @@ def test_a_payload_over_the_bound_is_refused_at_plan_under_the_setting_in_force(
     assert (error.step, error.field, error.bound) == ("big", "payload", "at most 64 bytes serialized")
 
 
-def test_workflow_is_not_public_before_it_can_enqueue():
+def test_workflow_is_public_now_that_it_can_enqueue():
     import django_workhorse
 
-    assert "Workflow" not in django_workhorse.__all__
-    assert not hasattr(django_workhorse, "Workflow")
+    for name in ("Workflow", "WorkflowResult", "WorkflowConflictError"):
+        assert name in django_workhorse.__all__
+    assert django_workhorse.Workflow is Workflow
 
 
 def test_the_error_is_an_invalid_argument_error():

@@ -20,7 +20,7 @@ from django_workhorse import conf, sql
 from django_workhorse.conf import app_settings
 from django_workhorse.enqueueing.after_write import after_write
 from django_workhorse.enqueueing.entries import prepare_entry
-from django_workhorse.enqueueing.fingerprints import differing_fields
+from django_workhorse.enqueueing.fingerprints import WORKFLOW_FIELD, differing_fields, is_workflow_fingerprint
 from django_workhorse.enqueueing.prepared import PreparedJob
 from django_workhorse.enqueueing.validation import CheckedOptions, check_caller_scope, prepare, resolve_options
 from django_workhorse.exceptions import EnqueueIdempotencyConflictError, EnqueueValidationError, KeyNotSettledError
@@ -296,9 +296,12 @@ def _replay_or_conflict(
     if existing.mode == binding.mode and existing.request_digest == binding.request_digest:
         outcome = EnqueueOutcome.REPLAYED if binding.mode is KeyMode.IDEMPOTENCY else EnqueueOutcome.COALESCED
         return EnqueueResult(existing.job_id, outcome)
-    fields = (
-        ["mode"] if existing.mode != binding.mode else differing_fields(existing.field_digests, binding.field_digests)
-    )
+    if existing.mode != binding.mode:
+        fields = ["mode"]
+    elif is_workflow_fingerprint(existing.field_digests):  # a workflow's anchor: not every field of both
+        fields = [WORKFLOW_FIELD]
+    else:
+        fields = differing_fields(existing.field_digests, binding.field_digests)
     raise EnqueueIdempotencyConflictError(
         job_id=existing.job_id,
         mode=existing.mode,

@@ -122,6 +122,17 @@ def differing_fields(stored: Mapping[str, str], requested: Mapping[str, str]) ->
     return sorted(name for name in stored.keys() | requested.keys() if stored.get(name) != requested.get(name))
 
 
+# A workflow's fingerprint (decision 0022): one field per step, named with this prefix, and its name.
+STEP_FIELD_PREFIX = "step:"
+# The one field a conflict names when a key held by a plain job meets a workflow, or the reverse.
+WORKFLOW_FIELD = "workflow"
+
+
+def is_workflow_fingerprint(digests: Mapping[str, str]) -> bool:
+    """Whether stored field digests are a workflow's (a plain request has no ``step:`` field)."""
+    return any(name.startswith(STEP_FIELD_PREFIX) for name in digests)
+
+
 def derived_key(task_name: str, arguments: Mapping[str, Any]) -> str:
     """Return the key an ``idempotent=True`` task derives for a call.
 

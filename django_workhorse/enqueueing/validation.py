@@ -239,9 +239,17 @@ def _bind(
     )
 
 
+def request_fingerprint(job: PreparedJob) -> bytes:
+    """The request digest a keyed enqueue of ``job`` would store, without a key's lifetime: the
+    fields ``_fingerprint_values`` names, payload and retry policy (what a workflow step contributes
+    to its graph's fingerprint). Admission options are left out, as for keyed jobs."""
+    values = _fingerprint_values(job.job_type, job, job.tags, "ttl", None, job.concurrency_limit)
+    return _constant_fields(values, job.retry_policy_json, None).request_digest(field_digest(job.payload_json))
+
+
 def _fingerprint_values(
     job_type: str,
-    options: EnqueueOptions,
+    options: EnqueueOptions | PreparedJob,
     tags: list[str],
     lifetime_name: str,
     lifetime: timedelta | None,

@@ -5,7 +5,7 @@ concern, and callers name the concern: ``sql.enqueue`` (enqueue), ``sql.claims``
 claims, outcomes, leases, checkpoints), ``sql.actions`` (operator actions), ``sql.breakers`` (circuit breakers' state), ``sql.housekeeping``
 (purge, pruning, the worker registry), ``sql.leases`` (named leases: the maintenance lease), ``sql.effects`` (the effect ledger),
 ``sql.http_records`` (``@idempotent`` views' records, on the ledger's table), ``sql.schedules`` (periodic schedules' state), ``sql.queues`` (queue control), ``sql.rate_limits`` (rate budgets),
-``sql.keys`` (the fragments that decide who owns a key), ``sql.poolers`` (whether a pooler
+``sql.workflows`` (workflows: their enqueue and lookup), ``sql.keys`` (the fragments that decide who owns a key), ``sql.poolers`` (whether a pooler
 forwards prepared statements) and ``sql.connection`` (how statements
 run, and LISTEN). Each statement is a named constant with a comment saying what it does and which
 constraint or index it relies on. Parameters are always bound (``%(name)s``), never formatted in.
@@ -28,6 +28,7 @@ from django_workhorse.sql import (
     queues,
     rate_limits,
     schedules,
+    workflows,
 )
 
 __all__ = [
@@ -45,4 +46,5 @@ __all__ = [
     "queues",
     "rate_limits",
     "schedules",
+    "workflows",
 ]

@@ -23,14 +23,14 @@ from django_workhorse.sql.enqueue_rows import (
 from django_workhorse.sql.keys import BINDING_COLUMNS, FREE, JOB_STATE
 
 # Job ids are drawn up front so a binding can name its job in the same statement.
-_DRAWN = f"nextval('{JOB_ID_SEQUENCE}') AS job_id, statement_timestamp() AS now"
+DRAWN = f"nextval('{JOB_ID_SEQUENCE}') AS job_id, statement_timestamp() AS now"
 # One request as scalar parameters: planning a one-row statement is cheap.
 _ONE_REQUEST_CTE = "requests AS (SELECT {}, {})".format(
-    ", ".join(f"%({name})s::{kind} AS {name}" for name, kind in REQUEST_COLUMNS), _DRAWN
+    ", ".join(f"%({name})s::{kind} AS {name}" for name, kind in REQUEST_COLUMNS), DRAWN
 )
 # How a batch row (a JSON array) yields each column: one text parameter carries the whole batch,
 # which costs far less to send than twenty arrays, and payloads arrive as jsonb without a re-parse.
-_FROM_JSON = {
+FROM_JSON = {
     "int": "({r}->>{i})::int",
     "text": "{r}->>{i}",
     "jsonb": "{r}->{i}",
@@ -39,33 +39,34 @@ _FROM_JSON = {
     "bytea": "decode({r}->>{i}, 'hex')",
 }
 _MANY_REQUESTS_CTE = "requests AS (SELECT {}, {} FROM jsonb_array_elements(%(rows)s::jsonb) AS r)".format(
-    ", ".join(f"{_FROM_JSON[kind].format(r='r', i=i)} AS {name}" for i, (name, kind) in enumerate(REQUEST_COLUMNS)),
-    _DRAWN,
+    ", ".join(f"{FROM_JSON[kind].format(r='r', i=i)} AS {name}" for i, (name, kind) in enumerate(REQUEST_COLUMNS)),
+    DRAWN,
 )
 # A batch without keys sends only the columns a job needs (no NULLs for the binding's seven):
 # shorter rows to build, send and unpack.
 _KEY_COLUMNS = ("scope", "key_hash", "key_preview", "mode", "request_digest", "field_digests", "lifetime")
-_UNKEYED_REQUEST_COLUMNS = tuple(column for column in REQUEST_COLUMNS if column[0] not in _KEY_COLUMNS)
+UNKEYED_REQUEST_COLUMNS = tuple(column for column in REQUEST_COLUMNS if column[0] not in _KEY_COLUMNS)
 _MANY_UNKEYED_REQUESTS_CTE = "requests AS (SELECT {}, {} FROM jsonb_array_elements(%(rows)s::jsonb) AS r)".format(
     ", ".join(
-        f"{_FROM_JSON[kind].format(r='r', i=i)} AS {name}" for i, (name, kind) in enumerate(_UNKEYED_REQUEST_COLUMNS)
+        f"{FROM_JSON[kind].format(r='r', i=i)} AS {name}" for i, (name, kind) in enumerate(UNKEYED_REQUEST_COLUMNS)
     ),
-    _DRAWN,
+    DRAWN,
 )
 
 
-_JOB_COLUMNS = (
+JOB_COLUMNS = (
     "id, job_type, queue, payload, status, priority, run_at, attempt, max_attempts, retry_policy, deadline, "
     "timeout, concurrency_key, concurrency_limit, tags, created_at, last_error, scheduled_for, trace_context, "
     "breaker_key, rate_limit, rate_partition, partition_key"
 )
 
 
-def _job_values(value: Callable[[str], str], job_id: str, now: str) -> str:
-    """What a new job row holds, in _JOB_COLUMNS order; ``value(name)`` reads a request column."""
+def job_values(value: Callable[[str], str], job_id: str, now: str, status: str = "'queued'") -> str:
+    """What a new job row holds, in JOB_COLUMNS order; ``value(name)`` reads a request column and
+    ``status`` is the SQL of its status (a workflow's steps with parents start ``waiting``)."""
     run_at = f"coalesce({value('run_at')}, {now} + coalesce({value('delay')}, interval '0'))"
     return (
-        f"{job_id}, {value('job_type')}, {value('queue')}, {value('payload')}, 'queued', {value('priority')}, "
+        f"{job_id}, {value('job_type')}, {value('queue')}, {value('payload')}, {status}, {value('priority')}, "
         f"{run_at}, 0, {value('max_attempts')}, {value('retry_policy')}, {value('deadline')}, {value('timeout')}, "
         f"{value('concurrency_key')}, {value('concurrency_limit')}, {value('tags')}, {now}, '', "
         f"{value('scheduled_for')}, {value('trace_context')}, {value('breaker_key')}, {value('rate_limit')}, "
@@ -79,8 +80,8 @@ def _jobs_ctes(only: str = "") -> str:
     ``created_at`` is the enqueue's record: no event row is written for it (decision 0013)."""
     return f"""
 jobs AS (
-    INSERT INTO workhorse_job ({_JOB_COLUMNS})
-    SELECT {_job_values(str, "job_id", "now")}
+    INSERT INTO workhorse_job ({JOB_COLUMNS})
+    SELECT {job_values(str, "job_id", "now")}
     FROM requests
     {only}
     RETURNING id, queue, run_at, created_at
@@ -106,8 +107,8 @@ CROSS JOIN (SELECT count(*) FROM notified) AS notifications"""
 # enqueue_unkeyed: requests without a key only ever insert; skipping the binding CTEs makes the
 # statement noticeably cheaper to run, and a single one is a plain INSERT .. VALUES.
 ENQUEUE_ONE_UNKEYED = f"""
-INSERT INTO workhorse_job ({_JOB_COLUMNS})
-VALUES ({_job_values(lambda name: f"%({name})s::{KINDS[name]}", f"nextval('{JOB_ID_SEQUENCE}')", "statement_timestamp()")})
+INSERT INTO workhorse_job ({JOB_COLUMNS})
+VALUES ({job_values(lambda name: f"%({name})s::{KINDS[name]}", f"nextval('{JOB_ID_SEQUENCE}')", "statement_timestamp()")})
 RETURNING %(ordinal)s::int, id, true, {_NOTIFY_ONE.format(channel="%(channel)s")}"""
 ENQUEUE_MANY_UNKEYED = f"WITH {_MANY_UNKEYED_REQUESTS_CTE},{_jobs_ctes()}{_ACCEPTED}"
 
@@ -171,7 +172,7 @@ _INDEX = {name: i for i, (name, _) in enumerate(REQUEST_COLUMNS)}
 
 def _from_request(name: str) -> str:
     """Read column ``name`` of the function's request (the JSON variable ``v_request``)."""
-    return _FROM_JSON[KINDS[name]].format(r="v_request", i=_INDEX[name])
+    return FROM_JSON[KINDS[name]].format(r="v_request", i=_INDEX[name])
 
 
 # The key's binding and its job, one row each: the job is inserted only if the binding was.
@@ -185,8 +186,8 @@ _BIND_ONE = f"""WITH bound AS (
         RETURNING job_id
     ),
     jobs AS (
-        INSERT INTO workhorse_job ({_JOB_COLUMNS})
-        SELECT {_job_values(_from_request, "bound.job_id", "statement_timestamp()")} FROM bound
+        INSERT INTO workhorse_job ({JOB_COLUMNS})
+        SELECT {job_values(_from_request, "bound.job_id", "statement_timestamp()")} FROM bound
         RETURNING id, {_NOTIFY_ONE.format(channel="p_channel")}
     )
     SELECT p_ordinal, id, true, NULL::text, NULL::bytea, NULL::jsonb, notified, NULL::text FROM jobs"""

@@ -67,7 +67,7 @@ def request_params(rows: Sequence[tuple[int, PreparedJob]], channel: str, keyed:
 
 
 def json_unkeyed_row(ordinal: int, job: PreparedJob) -> str:
-    """Return one request without a key as a JSON array in the order of sql.enqueue._UNKEYED_REQUEST_COLUMNS."""
+    """Return one request without a key as a JSON array in the order of sql.enqueue.UNKEYED_REQUEST_COLUMNS."""
     quote = _quote
     return (
         f"[{ordinal},{quote(job.job_type)},{quote(job.queue)},{job.payload_json},{job.priority},"

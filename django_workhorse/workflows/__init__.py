@@ -3,5 +3,6 @@
 from __future__ import annotations
 
 from django_workhorse.workflows.definition import Plan, PlannedStep, Step, Workflow
+from django_workhorse.workflows.result import WorkflowResult
 
-__all__ = ["Plan", "PlannedStep", "Step", "Workflow"]
+__all__ = ["Plan", "PlannedStep", "Step", "Workflow", "WorkflowResult"]

@@ -1,8 +1,9 @@
 """A workflow's definition: named steps, each an enqueue request, and their dependencies.
 
 Pure Python: ``Workflow.add`` checks each step as it comes, ``Workflow.plan`` checks the graph and
-every request and returns the steps in the order enqueue writes them. Nothing here touches the
-database, so a definition refused here has written nothing and the caller's transaction stays usable.
+every request and returns the steps in the order enqueue writes them; ``Workflow.enqueue`` hands the
+plan to ``workflows.enqueue``. Nothing else here touches the database, so a definition refused here
+has written nothing and the caller's transaction stays usable.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django_workhorse import conf
 from django_workhorse.conf import app_settings
@@ -26,6 +27,9 @@ from django_workhorse.enqueueing.validation import (
 )
 from django_workhorse.exceptions import EnqueueValidationError, WorkflowDefinitionError
 from django_workhorse.types import EnqueueOptions, EnqueueRequest, Idempotency
+
+if TYPE_CHECKING:
+    from django_workhorse.workflows.result import WorkflowResult
 
 _KEYED_STEP_BOUND = "omitted: a step has no key of its own (the workflow's idempotency= deduplicates its steps)"
 
@@ -123,6 +127,19 @@ class Workflow:
         _check_step_count(len(self._steps) + 1, step_name)
         self._steps[step_name] = _Added(request, parents, allow_failure)
         return Step(step_name)
+
+    def enqueue(self, *, using: str | None = None) -> WorkflowResult:
+        """Write the workflow, its steps (jobs) and their edges in one statement, in the caller's
+        transaction: steps without parents are ready at once, the others wait for their parents.
+
+        Unkeyed, every call makes a new workflow. With ``idempotency=``, the same graph under a live
+        key returns the original ids (``REPLAYED``), writing nothing; a different one raises
+        ``WorkflowConflictError`` naming the differing steps. Raise ``WorkflowDefinitionError`` as
+        :meth:`plan` does. Nothing is written on an error: the caller's transaction stays usable.
+        """
+        from django_workhorse.workflows.enqueue import enqueue  # touches the database: not at import
+
+        return enqueue(self, using=using)
 
     def plan(self) -> Plan:
         """Check the whole workflow and return its :class:`Plan`, steps in topological order.
