@@ -77,7 +77,6 @@ if TYPE_CHECKING:
     from django_workhorse.tasks.decorator import Task, task
     from django_workhorse.tasks.registry import register
     from django_workhorse.worker import HandlerContext
-    from django_workhorse.workflows import Workflow, WorkflowResult
 
 try:
     __version__ = version("django-workhorse")
@@ -115,8 +114,6 @@ _LAZY = {
     "once": "django_workhorse.effects.ledger",
     "once_block": "django_workhorse.effects.ledger",
     "Operation": "django_workhorse.effects.ledger",
-    "Workflow": "django_workhorse.workflows",
-    "WorkflowResult": "django_workhorse.workflows",
 }
 
 
@@ -178,10 +175,8 @@ __all__ = [
     "Throttle",
     "Unique",
     "WorkerThreadError",
-    "Workflow",
     "WorkflowConflictError",
     "WorkflowDefinitionError",
-    "WorkflowResult",
     "WorkhorseBackendNotConfiguredError",
     "WorkhorseError",
     "__version__",

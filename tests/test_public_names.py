@@ -101,9 +101,6 @@ PUBLIC = {
     "drain_queue": "django_workhorse.operations.queues",
     "reset_breaker": "django_workhorse.operations.breakers",
     "breaker_states": "django_workhorse.operations.breakers",
-    # Workflows
-    "Workflow": "django_workhorse.workflows.definition",
-    "WorkflowResult": "django_workhorse.workflows.result",
 }
 
 

@@ -19,10 +19,8 @@ from django_workhorse import (
     EnqueueOutcome,
     EnqueueRequest,
     Idempotency,
-    Workflow,
     WorkflowConflictError,
     WorkflowDefinitionError,
-    WorkflowResult,
     enqueue,
 )
 from django_workhorse.enqueueing.fingerprints import key_hash
@@ -30,6 +28,7 @@ from django_workhorse.models import IdempotencyBinding, Job, JobDependency, JobS
 from django_workhorse.models import Workflow as WorkflowRow
 from django_workhorse.sql.claims import claim
 from django_workhorse.sql.workflows import FIND_WORKFLOW
+from django_workhorse.workflows import Workflow, WorkflowResult
 from django_workhorse.workflows.fingerprint import field_digests, graph_digest
 from tests.conftest import race
 
