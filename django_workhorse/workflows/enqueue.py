@@ -3,6 +3,8 @@ first and replays or conflicts as a keyed job does (decision 0022 §3, §4)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from django.db import router
 
 from django_workhorse.conf import app_settings
@@ -18,9 +20,11 @@ from django_workhorse.exceptions import KeyNotSettledError, WorkflowConflictErro
 from django_workhorse.models import Job
 from django_workhorse.sql.workflows import FoundBinding, WorkflowKey, enqueue_workflow, find_workflow
 from django_workhorse.types import EnqueueOutcome, KeyMode
-from django_workhorse.workflows.definition import Plan, Workflow
 from django_workhorse.workflows.fingerprint import differing_steps, field_digests, graph_digest
 from django_workhorse.workflows.result import WorkflowResult
+
+if TYPE_CHECKING:  # definition imports this module when a workflow is enqueued
+    from django_workhorse.workflows.definition import Plan, Workflow
 
 
 def enqueue(workflow: Workflow, *, using: str | None = None) -> WorkflowResult:

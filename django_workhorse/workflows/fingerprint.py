@@ -4,10 +4,13 @@ as its binding's ``field_digests``, and the graph's digest over them. Pure funct
 from __future__ import annotations
 
 import hashlib
+from typing import TYPE_CHECKING
 
 from django_workhorse.enqueueing.fingerprints import STEP_FIELD_PREFIX, canonical_json, field_digest
 from django_workhorse.enqueueing.validation import request_fingerprint
-from django_workhorse.workflows.definition import Plan
+
+if TYPE_CHECKING:
+    from django_workhorse.workflows.definition import Plan
 
 
 def step_field(step_name: str) -> str:
