@@ -77,8 +77,9 @@ def staged_rate(keyed: bool, batches: int, size: int) -> float:
     from django_workhorse.conf import app_settings
     from django_workhorse.enqueueing.api import _prepare_entry
     from django_workhorse.sql import enqueue as sql
+    from django_workhorse.sql import enqueue_rows as rows
 
-    columns = ", ".join(f"{name} {kind}" for name, kind in sql._REQUEST_COLUMNS)
+    columns = ", ".join(f"{name} {kind}" for name, kind in rows.REQUEST_COLUMNS)
     create = f"CREATE TEMP TABLE workhorse_stage ({columns}) ON COMMIT DROP"
     requests_cte = (
         f"requests AS (SELECT stage.*, {sql.DRAWN} FROM (SELECT * FROM pg_temp.workhorse_stage ORDER BY ordinal)"
@@ -110,9 +111,9 @@ def staged_rate(keyed: bool, batches: int, size: int) -> float:
         with raw.transaction():
             cursor = raw.cursor()
             cursor.execute(create)
-            with cursor.copy(f"COPY pg_temp.workhorse_stage ({', '.join(sql._COLUMNS)}) FROM STDIN") as copy:
+            with cursor.copy(f"COPY pg_temp.workhorse_stage ({', '.join(rows.COLUMNS)}) FROM STDIN") as copy:
                 for ordinal, job in enumerate(prepared):
-                    copy.write_row(sql._request_values(ordinal, job))
+                    copy.write_row(rows.request_values(ordinal, job))
             cursor.execute(statement, {"channel": "workhorse"}, prepare=True)
             assert len(cursor.fetchall()) == size
     return batches * size / (time.perf_counter() - start)
