@@ -120,7 +120,7 @@ def claim_complete_rounds(n: int, alias: str) -> float:
     def work() -> None:
         for _ in range(n):
             (job,) = sql.claims.claim(alias, queues=["default"], limit=1, lease=lease, worker="bench")
-            sql.claims.record_outcomes(alias, [Outcome(job, "succeeded", events=(("succeeded", {}),))])
+            sql.outcomes.record_outcomes(alias, [Outcome(job, "succeeded", events=(("succeeded", {}),))])
 
     return measured(alias, n, work)
 
@@ -287,7 +287,7 @@ def churn(args: argparse.Namespace) -> None:
             for _ in range(step // 1000):
                 enqueue_many([EnqueueRequest("bench.noop", PAYLOAD) for _ in range(1000)], using=alias)
                 while jobs := sql.claims.claim(alias, queues=["default"], limit=50, lease=lease, worker="bench"):
-                    sql.claims.record_outcomes(
+                    sql.outcomes.record_outcomes(
                         alias, [Outcome(j, "succeeded", events=(("succeeded", {}),)) for j in jobs]
                     )
             processed += step
@@ -312,7 +312,8 @@ def plans(alias: str) -> dict[str, str]:
     from django.db import connections, transaction
 
     from django_workhorse import EnqueueRequest, enqueue_many, sql
-    from django_workhorse.sql.claims import CLAIM, RECORD_OUTCOMES
+    from django_workhorse.sql.claims import CLAIM
+    from django_workhorse.sql.outcomes import RECORD_OUTCOMES
 
     out = {}
     enqueue_many([EnqueueRequest("bench.noop", PAYLOAD) for _ in range(2)], using=alias)
@@ -358,7 +359,7 @@ def worker_loop(seconds: float) -> None:
     while time.time() < end:
         enqueue_many([EnqueueRequest("bench.noop", PAYLOAD) for _ in range(50)])
         while jobs := sql.claims.claim("default", queues=["default"], limit=10, lease=lease, worker="bench"):
-            sql.claims.record_outcomes("default", [Outcome(j, "succeeded", events=(("succeeded", {}),)) for j in jobs])
+            sql.outcomes.record_outcomes("default", [Outcome(j, "succeeded", events=(("succeeded", {}),)) for j in jobs])
             done += len(jobs)
             now = int(time.time())
             if now != second:

@@ -689,12 +689,12 @@ def _outcome(status: str) -> Any:
 
 
 def _release(job: workhorse_sql.claims.ClaimedJob) -> None:
-    workhorse_sql.claims.release(ALIAS, [(job, True)])
+    workhorse_sql.outcomes.release(ALIAS, [(job, True)])
 
 
 def _reclaim(job: workhorse_sql.claims.ClaimedJob) -> None:
     Job.objects.filter(pk=job.id).update(lease_expires_at=timezone.now() - timedelta(minutes=1))
-    assert workhorse_sql.claims.reclaim_expired(ALIAS) == 1
+    assert workhorse_sql.outcomes.reclaim_expired(ALIAS) == 1
 
 
 @pytest.mark.parametrize(

@@ -574,7 +574,7 @@ def test_debounce_after_a_lease_reclaim_is_not_pending():
     first = submit("debounce").job_id
     claim(first)
     Job.objects.filter(pk=first).update(lease_expires_at=PAST)
-    assert workhorse_sql.claims.reclaim_expired("default") == 1
+    assert workhorse_sql.outcomes.reclaim_expired("default") == 1
 
     result = submit("debounce", {"order": 43})
 
@@ -816,7 +816,7 @@ def test_a_lease_reclaim_leaves_the_unique_binding_alone():
     bindings_before = binding_rows()
     Job.objects.filter(pk=first).update(lease_expires_at=PAST)
 
-    assert workhorse_sql.claims.reclaim_expired("default") == 1
+    assert workhorse_sql.outcomes.reclaim_expired("default") == 1
 
     job = Job.objects.get(pk=first)
     assert (job.status, job.attempt) == (JobStatus.QUEUED, 1)
@@ -829,7 +829,7 @@ def test_a_lease_reclaim_on_the_last_attempt_frees_the_unique_key():
     claim(first)
     Job.objects.filter(pk=first).update(lease_expires_at=PAST)
 
-    assert workhorse_sql.claims.reclaim_expired("default") == 1
+    assert workhorse_sql.outcomes.reclaim_expired("default") == 1
 
     assert Job.objects.get(pk=first).status == JobStatus.DEAD
     taken = submit("unique", max_attempts=1)

@@ -153,7 +153,7 @@ def test_record_outcomes_locks_in_id_order(holder):
     outcomes = [Outcome(job, "succeeded", result_json="1", events=(("succeeded", {}),)) for job in (high, low)]
 
     recorded = _assert_locks_in_id_order(
-        holder, low.id, high.id, lambda: sql.claims.record_outcomes("default", outcomes)
+        holder, low.id, high.id, lambda: sql.outcomes.record_outcomes("default", outcomes)
     )
 
     assert recorded == {low.id, high.id}
@@ -164,7 +164,7 @@ def test_release_locks_in_id_order(holder):
     low, high = _running_jobs(2)
 
     _assert_locks_in_id_order(
-        holder, low.id, high.id, lambda: sql.claims.release("default", [(high, True), (low, True)])
+        holder, low.id, high.id, lambda: sql.outcomes.release("default", [(high, True), (low, True)])
     )
 
     assert set(Job.objects.values_list("status", flat=True)) == {JobStatus.QUEUED}
@@ -186,7 +186,7 @@ def test_reclaim_expired_skips_a_held_job_and_takes_the_others(holder):
     holder.execute("SELECT id FROM workhorse_job WHERE id = %s FOR UPDATE", [low.id])
 
     # SKIP LOCKED: it never waits for a row, so it cannot take part in a deadlock on job rows.
-    assert sql.claims.reclaim_expired("default") == 1
+    assert sql.outcomes.reclaim_expired("default") == 1
     holder.rollback()
 
     assert dict(Job.objects.values_list("id", "status")) == {low.id: JobStatus.RUNNING, high.id: JobStatus.QUEUED}

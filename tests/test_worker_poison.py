@@ -185,7 +185,7 @@ def refusing_trigger() -> Iterator[Callable[[], None]]:
 
 def _recorder_waits(observer: psycopg.Connection[Any]) -> bool:
     fragment = "(o->>'token')::uuid"
-    assert fragment in workhorse_sql.claims.RECORD_OUTCOMES
+    assert fragment in workhorse_sql.outcomes.RECORD_OUTCOMES
     row = observer.execute(
         "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' "
         "AND strpos(query, %s) > 0",

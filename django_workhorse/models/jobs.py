@@ -79,6 +79,7 @@ class EventKind(models.TextChoices):
     KEY_RELEASED = "key_released"
     SNOOZED = "snoozed"  # the handler raised Snooze: back to queued, no attempt consumed
     HELD = "held"  # admission at claim deferred it (an open breaker, a spent rate budget): no attempt consumed
+    READY = "ready"  # a workflow step's last parent released it: waiting -> queued (decision 0022)
 
 
 class Job(models.Model):

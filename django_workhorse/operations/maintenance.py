@@ -85,7 +85,7 @@ def run_maintenance(*, using: str | None = None) -> MaintenanceReport:
         return MaintenanceReport(ran=False)
     steps: dict[str, Callable[[], int]] = {
         "expired_bindings": lambda: prune_expired_bindings(using=alias),
-        "reclaimed_jobs": lambda: sql.claims.reclaim_expired(alias),
+        "reclaimed_jobs": lambda: sql.outcomes.reclaim_expired(alias),
         "finished_jobs": lambda: prune_finished_jobs(using=alias),
         "stale_workers": lambda: sql.housekeeping.prune_stale_workers(alias, app_settings.WORKER_STALE_AFTER),
         "expired_effects": lambda: prune_expired_effects(using=alias),

@@ -1,9 +1,8 @@
-"""The worker's statements: claim (with concurrency slots), record outcomes, extend and release
-leases, reclaim expired ones, and checkpoints."""
+"""The worker's statements: claim (with concurrency slots), extend leases, and checkpoints (what
+ends a hold on a job, outcomes, release and reclaim, is in sql.outcomes)."""
 
 from __future__ import annotations
 
-import json
 import time
 import weakref
 from collections.abc import Sequence
@@ -18,7 +17,7 @@ from django_workhorse.conf import app_settings
 from django_workhorse.models import JOB_CONCURRENCY_SLOT_UNIQ
 from django_workhorse.sql import rate_limits
 from django_workhorse.sql.breakers import appended_transition
-from django_workhorse.sql.connection import constraint_name, decode_json, execute, run
+from django_workhorse.sql.connection import constraint_name, decode_json, execute
 
 # claim: lease up to %(limit)s ready jobs of the given queues in priority DESC, run_at, id order,
 # skipping rows other workers hold. A paused queue (a workhorse_queue row, by its primary key) is
@@ -67,7 +66,7 @@ BOUNDED_TRACE_CONTEXT = (
     f"left(job.trace_context->>'traceparent', {MAX_TRACEPARENT_CHARS}))) END"
 )
 # The columns of CLAIM's ``claimed`` answer (ClaimedJob's fields, bar claimed_at, plus the order columns).
-CLAIMED_COLUMNS = 22
+CLAIMED_COLUMNS = 23
 # A candidate's concurrency key has a free slot (see above), tried while scanning so that a key whose
 # slots are all taken never blocks the jobs behind it.
 FREE_CONCURRENCY_KEY = f"""CASE WHEN concurrency_key IS NULL THEN true
@@ -286,7 +285,8 @@ claimed AS (
               job.snoozes, job.breaker_key,
               coalesce((SELECT half_opened FROM canary_jobs WHERE canary_jobs.id = job.id), false) AS half_opened,
               job.partition_key, job.rate_limit,
-              greatest(extract(epoch FROM job.started_at - clock_timestamp()), 0)::float8 AS start_in
+              greatest(extract(epoch FROM job.started_at - clock_timestamp()), 0)::float8 AS start_in,
+              job.workflow_id
 ),
 events AS (
     INSERT INTO workhorse_job_event (job_id, kind, attempt, at, details)
@@ -414,49 +414,6 @@ assert CLAIM_JOB_RATED.count("%(job_id)s") == 2
 # that SKIP LOCKED never wait for a row; they lock in id order too, except CLAIM, whose order is
 # the claim order (and which waits for no job row).
 
-# record_outcomes: write how attempts ended, many in one statement, each fenced by its lease
-# token: a worker whose lease expired (the job may be another worker's now) changes nothing.
-# status is 'succeeded', 'queued' (a retry or a snooze at run_at; 'cancelled' instead when
-# cancellation was requested meanwhile), 'cancelled' or 'dead'; each outcome brings its events. A
-# snooze consumes no attempt: it gives back the one its claim counted, counts a snooze and keeps
-# the last error of an earlier attempt (its events keep the claim's attempt number). Locks the
-# jobs in id order.
-RECORD_OUTCOMES = """
-WITH outcome AS (
-    SELECT (o->>'id')::bigint AS id, (o->>'token')::uuid AS token, o->>'status' AS status,
-           o->'result' AS result, o->>'error' AS error, (o->>'run_at')::timestamptz AS run_at,
-           o->'events' AS events, CASE WHEN (o->>'snoozed')::boolean THEN 1 ELSE 0 END AS snoozed
-    FROM jsonb_array_elements(%(outcomes)s::jsonb) AS o
-),
-held AS MATERIALIZED (
-    SELECT job.id FROM workhorse_job AS job JOIN outcome ON outcome.id = job.id
-    WHERE job.lease_token = outcome.token AND job.status = 'running'
-    ORDER BY job.id
-    FOR NO KEY UPDATE OF job
-),
-finished AS (
-    UPDATE workhorse_job AS job
-    SET status = CASE WHEN job.cancel_requested AND outcome.status = 'queued' THEN 'cancelled'
-                      ELSE outcome.status END,
-        result = outcome.result,
-        last_error = CASE WHEN outcome.snoozed = 1 THEN job.last_error ELSE outcome.error END,
-        run_at = coalesce(outcome.run_at, job.run_at), lease_token = NULL, lease_expires_at = NULL,
-        finished_at = CASE WHEN outcome.status = 'queued' AND NOT job.cancel_requested
-                           THEN NULL ELSE clock_timestamp() END,
-        attempt = job.attempt - outcome.snoozed, snoozes = job.snoozes + outcome.snoozed
-    FROM held JOIN outcome ON outcome.id = held.id
-    WHERE job.id = held.id
-    RETURNING job.id, job.attempt + outcome.snoozed AS attempt, outcome.events
-),
-events AS (
-    INSERT INTO workhorse_job_event (job_id, kind, attempt, at, details)
-    SELECT finished.id, event->>0, finished.attempt, clock_timestamp(), event->1
-    FROM finished, jsonb_array_elements(finished.events) AS event
-)
-SELECT id FROM finished
-"""
-
-
 # extend_leases: push the lease of jobs this worker still owns, locking them in id order; returns
 # the ids still owned and whether cancellation was requested (a job missing from the answer was
 # reclaimed: stop it).
@@ -473,72 +430,6 @@ SET lease_expires_at = clock_timestamp() + %(lease)s
 FROM held
 WHERE job.id = held.id
 RETURNING job.id, job.cancel_requested
-"""
-
-
-# release: give held jobs back to the queue at once (a clean stop); an attempt that never started
-# its handler is not counted, and one interrupted on its last attempt is dead, as a reclaimed one
-# would be. Fenced by the lease token; locks the jobs in id order.
-RELEASE = """
-WITH held AS MATERIALIZED (
-    SELECT job.id, mine.started FROM workhorse_job AS job
-    JOIN unnest(%(job_ids)s::bigint[], %(tokens)s::uuid[], %(started)s::boolean[]) AS mine(id, token, started)
-      ON mine.id = job.id
-    WHERE job.lease_token = mine.token AND job.status = 'running'
-    ORDER BY job.id
-    FOR NO KEY UPDATE OF job
-),
-released AS (
-    UPDATE workhorse_job AS job
-    SET status = CASE WHEN held.started AND job.attempt >= job.max_attempts THEN 'dead' ELSE 'queued' END,
-        last_error = CASE WHEN held.started AND job.attempt >= job.max_attempts
-                          THEN 'interrupted by a worker shutdown on the last attempt' ELSE job.last_error END,
-        finished_at = CASE WHEN held.started AND job.attempt >= job.max_attempts THEN clock_timestamp() END,
-        lease_token = NULL, lease_expires_at = NULL, run_at = clock_timestamp(),
-        attempt = job.attempt - CASE WHEN held.started THEN 0 ELSE 1 END
-    FROM held
-    WHERE job.id = held.id
-    RETURNING job.id, job.attempt, job.status
-)
-INSERT INTO workhorse_job_event (job_id, kind, attempt, at, details)
-SELECT id, 'released', attempt, clock_timestamp(), '{}'::jsonb FROM released
-UNION ALL
-SELECT id, 'dead', attempt, clock_timestamp(), '{}'::jsonb FROM released WHERE status = 'dead'
-"""
-
-
-# reclaim_expired: requeue running jobs whose lease expired (their worker died or stalled), or
-# bury them when that was their last attempt. Up to %(limit)s candidates come from
-# workhorse_job_lease_idx; those not locked by anyone else are locked in id order (SKIP LOCKED).
-RECLAIM_EXPIRED = """
-WITH due AS MATERIALIZED (
-    SELECT id FROM workhorse_job
-    WHERE id IN (
-        SELECT id FROM workhorse_job
-        WHERE status = 'running' AND lease_expires_at < clock_timestamp()
-        LIMIT %(limit)s
-    ) AND status = 'running' AND lease_expires_at < clock_timestamp()
-    ORDER BY id
-    FOR UPDATE SKIP LOCKED
-),
-expired AS (
-    UPDATE workhorse_job AS job
-    SET status = CASE WHEN job.attempt >= job.max_attempts THEN 'dead' ELSE 'queued' END,
-        lease_token = NULL, lease_expires_at = NULL,
-        finished_at = CASE WHEN job.attempt >= job.max_attempts THEN clock_timestamp() END,
-        last_error = CASE WHEN job.attempt >= job.max_attempts
-                          THEN 'lease expired on the last attempt' ELSE job.last_error END
-    FROM due
-    WHERE job.id = due.id
-    RETURNING job.id, job.attempt, job.status
-),
-events AS (
-    INSERT INTO workhorse_job_event (job_id, kind, attempt, at, details)
-    SELECT id, 'lease_expired', attempt, clock_timestamp(), '{}'::jsonb FROM expired
-    UNION ALL
-    SELECT id, 'dead', attempt, clock_timestamp(), '{}'::jsonb FROM expired WHERE status = 'dead'
-)
-SELECT count(*) FROM expired
 """
 
 
@@ -602,6 +493,7 @@ class ClaimedJob:
     partition_key: str | None = None  # its fair share's key, if any
     rate_limit: str | None = None  # the rate limit it started under, if any
     start_in: float = 0.0  # seconds from the claim to its start, when its rate limit admitted it ahead
+    workflow_id: int | None = None  # the workflow it is a step of, if any
 
 
 # Two workers that pick the same free concurrency slot at once: the second claims again. Two claims
@@ -744,49 +636,14 @@ def _claimed(row: Sequence[Any], claimed_at: float) -> ClaimedJob:
         row[0], row[1], row[2], decode_json(row[3]), row[4], row[5], decode_json(row[6]), row[7], row[8], row[9],
         row[10], row[11], decode_json(row[12]), row[13], claimed_at, snoozes=row[16], breaker_key=row[17],
         half_opened=row[18], partition_key=row[19], rate_limit=row[20], start_in=row[21],
+        workflow_id=row[22],
     )  # fmt: skip
-
-
-def record_outcomes(alias: str, outcomes: Sequence[Any]) -> set[int]:
-    """Run RECORD_OUTCOMES for ``execution.Outcome`` values; return the ids whose lease was still held."""
-    encoded = "[" + ",".join(_json_outcome(outcome) for outcome in outcomes) + "]"
-    return {row[0] for row in execute(alias, RECORD_OUTCOMES, {"outcomes": encoded})}
-
-
-def _json_outcome(outcome: Any) -> str:
-    fields = {
-        "id": outcome.job.id,
-        "token": str(outcome.job.lease_token),
-        "status": outcome.status,
-        "error": outcome.error,
-        "run_at": outcome.run_at.isoformat() if outcome.run_at else None,
-        "snoozed": outcome.kind == "snoozed",
-        "events": [[kind, details] for kind, details in outcome.events],
-    }
-    text = json.dumps(fields, default=str)
-    # The result is canonical JSON already: splice it in rather than parse and re-encode it.
-    return text if outcome.result_json is None else text[:-1] + f',"result":{outcome.result_json}}}'
 
 
 def extend_leases(alias: str, held: Sequence[ClaimedJob], lease: timedelta) -> dict[int, bool]:
     """Run EXTEND_LEASES; return {id: cancel requested} for the jobs still held."""
     params = {"job_ids": [j.id for j in held], "tokens": [j.lease_token for j in held], "lease": lease}
     return {row[0]: bool(row[1]) for row in execute(alias, EXTEND_LEASES, params)}
-
-
-def release(alias: str, held: Sequence[tuple[ClaimedJob, bool]]) -> None:
-    """Run RELEASE for ``(job, handler_started)`` pairs."""
-    params = {
-        "job_ids": [job.id for job, _ in held],
-        "tokens": [job.lease_token for job, _ in held],
-        "started": [started for _, started in held],
-    }
-    run(alias, RELEASE, params)
-
-
-def reclaim_expired(alias: str, *, limit: int = 1000) -> int:
-    """Run RECLAIM_EXPIRED once; return how many jobs it took back."""
-    return int(execute(alias, RECLAIM_EXPIRED, {"limit": limit})[0][0])
 
 
 def save_checkpoint(alias: str, job: ClaimedJob, name: str, value_json: str) -> bool:

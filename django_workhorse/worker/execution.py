@@ -37,7 +37,7 @@ FALLBACK_RETRY_DELAY = timedelta(minutes=1)
 
 @dataclass(frozen=True)
 class Outcome:
-    """How an attempt ended, ready to be written by ``sql.claims.record_outcomes``."""
+    """How an attempt ended, ready to be written by ``sql.outcomes.record_outcomes``."""
 
     job: sql.claims.ClaimedJob
     status: str  # succeeded, queued (retry or snooze at run_at), dead, cancelled, or lost (nothing to write)
@@ -170,7 +170,7 @@ def storable(outcome: Outcome) -> Outcome:
 def record(alias: str, outcomes: Sequence[Outcome]) -> list[str]:
     """Write ``outcomes`` in one statement, fenced by each lease; return each status ('lost' if not held)."""
     writable = [storable(outcome) for outcome in outcomes if outcome.status != "lost"]
-    held = sql.claims.record_outcomes(alias, writable) if writable else set()
+    held = _write(alias, writable) if writable else set()
     statuses = []
     for outcome in outcomes:
         job = outcome.job
@@ -180,6 +180,13 @@ def record(alias: str, outcomes: Sequence[Outcome]) -> list[str]:
         _log_finished(outcome, status)
         statuses.append(status)
     return statuses
+
+
+def _write(alias: str, writable: Sequence[Outcome]) -> set[int]:
+    """Record ``writable``; a batch with a workflow step also releases the children it satisfies."""
+    if any(outcome.job.workflow_id is not None for outcome in writable):
+        return sql.outcomes.record_outcomes_releasing(alias, writable)[0]
+    return sql.outcomes.record_outcomes(alias, writable)
 
 
 def _log_finished(outcome: Outcome, status: str) -> None:

@@ -230,7 +230,7 @@ class Worker:
         now = time.monotonic()
         if now < due:
             return due
-        if reclaimed := sql.claims.reclaim_expired(self.using):
+        if reclaimed := sql.outcomes.reclaim_expired(self.using):
             instruments.reclaimed(reclaimed)
             logger.warning("Reclaimed jobs with expired leases count=%s", reclaimed)
         return now + max(self.lease.total_seconds() / 3, 0.5)
@@ -446,7 +446,7 @@ class Worker:
 
     def _release(self, held: list[tuple[sql.claims.ClaimedJob, bool]]) -> None:
         try:
-            sql.claims.release(self.using, held)
+            sql.outcomes.release(self.using, held)
         except Exception:  # their leases lapse instead, and another worker reclaims them
             logger.exception("Releasing jobs failed count=%s; their leases will lapse", len(held))
             self._close_connection()

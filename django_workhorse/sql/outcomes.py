@@ -1,0 +1,212 @@
+"""The statements that end a worker's hold on a job: record how attempts ended, give jobs back at a
+clean stop, and reclaim expired leases. Each one that ends a workflow step also releases the
+children it satisfies (sql.releases). They lock as the rule above sql.claims' extend_leases says."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from django_workhorse.conf import app_settings
+from django_workhorse.sql.connection import execute
+from django_workhorse.sql.releases import death_release_ctes, release_ctes
+
+if TYPE_CHECKING:
+    from django_workhorse.sql.claims import ClaimedJob
+
+# record_outcomes: write how attempts ended, many in one statement, each fenced by its lease
+# token: a worker whose lease expired (the job may be another worker's now) changes nothing.
+# status is 'succeeded', 'queued' (a retry or a snooze at run_at; 'cancelled' instead when
+# cancellation was requested meanwhile), 'cancelled' or 'dead'; each outcome brings its events. A
+# snooze consumes no attempt: it gives back the one its claim counted, counts a snooze and keeps
+# the last error of an earlier attempt (its events keep the claim's attempt number). Locks the
+# jobs in id order. Built from fragments, which its releasing form below shares.
+OUTCOME_ROWS = """outcome AS (
+    SELECT (o->>'id')::bigint AS id, (o->>'token')::uuid AS token, o->>'status' AS status,
+           o->'result' AS result, o->>'error' AS error, (o->>'run_at')::timestamptz AS run_at,
+           o->'events' AS events, CASE WHEN (o->>'snoozed')::boolean THEN 1 ELSE 0 END AS snoozed
+    FROM jsonb_array_elements(%(outcomes)s::jsonb) AS o
+)"""
+_HELD_OUTCOMES = """held AS MATERIALIZED (
+    SELECT job.id FROM workhorse_job AS job JOIN outcome ON outcome.id = job.id
+    WHERE job.lease_token = outcome.token AND job.status = 'running'
+    ORDER BY job.id
+    FOR NO KEY UPDATE OF job
+)"""
+_FINISHED = """finished AS (
+    UPDATE workhorse_job AS job
+    SET status = CASE WHEN job.cancel_requested AND outcome.status = 'queued' THEN 'cancelled'
+                      ELSE outcome.status END,
+        result = outcome.result,
+        last_error = CASE WHEN outcome.snoozed = 1 THEN job.last_error ELSE outcome.error END,
+        run_at = coalesce(outcome.run_at, job.run_at), lease_token = NULL, lease_expires_at = NULL,
+        finished_at = CASE WHEN outcome.status = 'queued' AND NOT job.cancel_requested
+                           THEN NULL ELSE clock_timestamp() END,
+        attempt = job.attempt - outcome.snoozed, snoozes = job.snoozes + outcome.snoozed
+    FROM held JOIN outcome ON outcome.id = held.id
+    WHERE job.id = held.id{only_parents}
+    RETURNING job.id, job.attempt + outcome.snoozed AS attempt, outcome.events, job.status, job.workflow_id
+)"""
+_EVENTS = """events AS (
+    INSERT INTO workhorse_job_event (job_id, kind, attempt, at, details)
+    SELECT finished.id, event->>0, finished.attempt, clock_timestamp(), event->1
+    FROM finished, jsonb_array_elements(finished.events) AS event
+)"""
+RECORD_OUTCOMES = f"""
+WITH {OUTCOME_ROWS},
+{_HELD_OUTCOMES},
+{_FINISHED.format(only_parents="")},
+{_EVENTS}
+SELECT id FROM finished
+"""
+
+# record_outcomes_releasing: RECORD_OUTCOMES for a batch that holds a workflow step (a batch
+# without one runs the statement above, free of CTEs it would never use). ``children`` are the
+# edges out of the batch's jobs (workhorse_dep_parent_idx: an index-only probe); ``held`` locks, in
+# one id-ordered pass, the batch's jobs whose lease still matches and their children still waiting,
+# so the lock order holds for parents and children alike (a child that stopped waiting meanwhile,
+# cancelled say, is re-checked once locked and left out). Returns each recorded job and whether it
+# is a workflow step that ended cancelled: its waiting descendants are cancelled next, in the same
+# transaction.
+RECORD_OUTCOMES_RELEASING = f"""
+WITH {OUTCOME_ROWS},
+children AS (
+    SELECT edge.child_id FROM workhorse_job_dependency AS edge WHERE edge.parent_id IN (SELECT id FROM outcome)
+),
+held AS MATERIALIZED (
+    SELECT job.id, job.status = 'waiting' AS child FROM workhorse_job AS job
+    LEFT JOIN outcome ON outcome.id = job.id
+    WHERE job.id IN (SELECT id FROM outcome UNION SELECT child_id FROM children)
+      AND ((job.status = 'running' AND job.lease_token = outcome.token) OR job.status = 'waiting')
+    ORDER BY job.id
+    FOR NO KEY UPDATE OF job
+),
+{_FINISHED.format(only_parents=" AND NOT held.child")},
+{release_ctes("finished", "(SELECT id FROM held WHERE child)")},
+{_EVENTS}
+SELECT finished.id, finished.status = 'cancelled' AND finished.workflow_id IS NOT NULL
+FROM finished CROSS JOIN (SELECT count(*) FROM released_notified) AS notified
+"""
+
+# release: give held jobs back to the queue at once (a clean stop); an attempt that never started
+# its handler is not counted, and one interrupted on its last attempt is dead, as a reclaimed one
+# would be (releasing the children whose edges allow its failure). Fenced by the lease token; locks
+# the jobs in id order.
+RELEASE = f"""
+WITH held AS MATERIALIZED (
+    SELECT job.id, mine.started FROM workhorse_job AS job
+    JOIN unnest(%(job_ids)s::bigint[], %(tokens)s::uuid[], %(started)s::boolean[]) AS mine(id, token, started)
+      ON mine.id = job.id
+    WHERE job.lease_token = mine.token AND job.status = 'running'
+    ORDER BY job.id
+    FOR NO KEY UPDATE OF job
+),
+given_back AS (
+    UPDATE workhorse_job AS job
+    SET status = CASE WHEN held.started AND job.attempt >= job.max_attempts THEN 'dead' ELSE 'queued' END,
+        last_error = CASE WHEN held.started AND job.attempt >= job.max_attempts
+                          THEN 'interrupted by a worker shutdown on the last attempt' ELSE job.last_error END,
+        finished_at = CASE WHEN held.started AND job.attempt >= job.max_attempts THEN clock_timestamp() END,
+        lease_token = NULL, lease_expires_at = NULL, run_at = clock_timestamp(),
+        attempt = job.attempt - CASE WHEN held.started THEN 0 ELSE 1 END
+    FROM held
+    WHERE job.id = held.id
+    RETURNING job.id, job.attempt, job.status
+),
+{death_release_ctes("given_back")},
+events AS (
+    INSERT INTO workhorse_job_event (job_id, kind, attempt, at, details)
+    SELECT id, 'released', attempt, clock_timestamp(), '{{}}'::jsonb FROM given_back
+    UNION ALL
+    SELECT id, 'dead', attempt, clock_timestamp(), '{{}}'::jsonb FROM given_back WHERE status = 'dead'
+)
+SELECT count(*) FROM given_back, (SELECT count(*) FROM released_notified) AS notified
+"""
+
+# reclaim_expired: requeue running jobs whose lease expired (their worker died or stalled), or
+# bury them when that was their last attempt (releasing the children whose edges allow it). Up to
+# %(limit)s candidates come from workhorse_job_lease_idx; those not locked by anyone else are
+# locked in id order (SKIP LOCKED), their children after them. A deadlock with a recorder needs a
+# stale worker recording a job at the instant it is reclaimed: PostgreSQL aborts one, the reclaim
+# runs again at its next interval, and the recorder's fallback writes one by one.
+RECLAIM_EXPIRED = f"""
+WITH due AS MATERIALIZED (
+    SELECT id FROM workhorse_job
+    WHERE id IN (
+        SELECT id FROM workhorse_job
+        WHERE status = 'running' AND lease_expires_at < clock_timestamp()
+        LIMIT %(limit)s
+    ) AND status = 'running' AND lease_expires_at < clock_timestamp()
+    ORDER BY id
+    FOR UPDATE SKIP LOCKED
+),
+expired AS (
+    UPDATE workhorse_job AS job
+    SET status = CASE WHEN job.attempt >= job.max_attempts THEN 'dead' ELSE 'queued' END,
+        lease_token = NULL, lease_expires_at = NULL,
+        finished_at = CASE WHEN job.attempt >= job.max_attempts THEN clock_timestamp() END,
+        last_error = CASE WHEN job.attempt >= job.max_attempts
+                          THEN 'lease expired on the last attempt' ELSE job.last_error END
+    FROM due
+    WHERE job.id = due.id
+    RETURNING job.id, job.attempt, job.status
+),
+{death_release_ctes("expired")},
+events AS (
+    INSERT INTO workhorse_job_event (job_id, kind, attempt, at, details)
+    SELECT id, 'lease_expired', attempt, clock_timestamp(), '{{}}'::jsonb FROM expired
+    UNION ALL
+    SELECT id, 'dead', attempt, clock_timestamp(), '{{}}'::jsonb FROM expired WHERE status = 'dead'
+)
+SELECT count(*) FROM expired, (SELECT count(*) FROM released_notified) AS notified
+"""
+
+
+def record_outcomes(alias: str, outcomes: Sequence[Any]) -> set[int]:
+    """Run RECORD_OUTCOMES for ``execution.Outcome`` values; return the ids whose lease was still held."""
+    return {row[0] for row in execute(alias, RECORD_OUTCOMES, {"outcomes": _json_outcomes(outcomes)})}
+
+
+def record_outcomes_releasing(alias: str, outcomes: Sequence[Any]) -> tuple[set[int], list[int]]:
+    """Run RECORD_OUTCOMES_RELEASING (a batch with a workflow step); return the ids whose lease was
+    still held, and those of the workflow steps among them that ended cancelled."""
+    params = {"outcomes": _json_outcomes(outcomes), "channel": app_settings.NOTIFY_CHANNEL}
+    rows = execute(alias, RECORD_OUTCOMES_RELEASING, params)
+    return {row[0] for row in rows}, [row[0] for row in rows if row[1]]
+
+
+def _json_outcomes(outcomes: Sequence[Any]) -> str:
+    return "[" + ",".join(_json_outcome(outcome) for outcome in outcomes) + "]"
+
+
+def _json_outcome(outcome: Any) -> str:
+    fields = {
+        "id": outcome.job.id,
+        "token": str(outcome.job.lease_token),
+        "status": outcome.status,
+        "error": outcome.error,
+        "run_at": outcome.run_at.isoformat() if outcome.run_at else None,
+        "snoozed": outcome.kind == "snoozed",
+        "events": [[kind, details] for kind, details in outcome.events],
+    }
+    text = json.dumps(fields, default=str)
+    # The result is canonical JSON already: splice it in rather than parse and re-encode it.
+    return text if outcome.result_json is None else text[:-1] + f',"result":{outcome.result_json}}}'
+
+
+def release(alias: str, held: Sequence[tuple[ClaimedJob, bool]]) -> None:
+    """Run RELEASE for ``(job, handler_started)`` pairs."""
+    params = {
+        "job_ids": [job.id for job, _ in held],
+        "tokens": [job.lease_token for job, _ in held],
+        "started": [started for _, started in held],
+        "channel": app_settings.NOTIFY_CHANNEL,
+    }
+    execute(alias, RELEASE, params)
+
+
+def reclaim_expired(alias: str, *, limit: int = 1000) -> int:
+    """Run RECLAIM_EXPIRED once; return how many jobs it took back."""
+    params = {"limit": limit, "channel": app_settings.NOTIFY_CHANNEL}
+    return int(execute(alias, RECLAIM_EXPIRED, params)[0][0])
