@@ -359,7 +359,9 @@ def worker_loop(seconds: float) -> None:
     while time.time() < end:
         enqueue_many([EnqueueRequest("bench.noop", PAYLOAD) for _ in range(50)])
         while jobs := sql.claims.claim("default", queues=["default"], limit=10, lease=lease, worker="bench"):
-            sql.outcomes.record_outcomes("default", [Outcome(j, "succeeded", events=(("succeeded", {}),)) for j in jobs])
+            sql.outcomes.record_outcomes(
+                "default", [Outcome(j, "succeeded", events=(("succeeded", {}),)) for j in jobs]
+            )
             done += len(jobs)
             now = int(time.time())
             if now != second:

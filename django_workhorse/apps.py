@@ -27,7 +27,7 @@ class WorkhorseConfig(AppConfig):
         from django_workhorse.worker import eager
 
         # Eager mode: writes run their accepted jobs inline through the worker's own steps.
-        set_inline_runner(eager.is_active, eager.run_accepted)
+        set_inline_runner(eager.is_active, eager.run_accepted, eager.run_workflow)
 
         post_migrate.connect(_install_functions, sender=self, dispatch_uid="workhorse.install_functions")
 

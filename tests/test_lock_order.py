@@ -20,9 +20,10 @@ import pytest
 from django.db import connection, connections
 from django.utils import timezone
 
-from django_workhorse import sql
+from django_workhorse import EnqueueRequest, sql
 from django_workhorse.models import Job, JobStatus
 from django_workhorse.worker.execution import Outcome
+from django_workhorse.workflows import Workflow
 from tests.conftest import connect_directly
 from tests.factories import JobFactory
 from tests.worker_tasks import wait_for
@@ -158,6 +159,35 @@ def test_record_outcomes_locks_in_id_order(holder):
 
     assert recorded == {low.id, high.id}
     assert set(Job.objects.values_list("status", flat=True)) == {JobStatus.SUCCEEDED}
+
+
+def test_record_outcomes_releasing_locks_parents_and_children_in_one_id_order(holder):
+    # Ids in creation order: the first workflow's parent, its child, then the second workflow's
+    # root. Holding the child, the statement must wait there without holding the higher root: a
+    # statement that locked the batch's jobs first and their children after would hold it.
+    first = Workflow("first")
+    first.add("parent", EnqueueRequest("tests.record", {}))
+    first.add("child", EnqueueRequest("tests.record", {}), after=["parent"])
+    parent, child = first.enqueue().jobs.values()
+    second = Workflow("second")
+    second.add("root", EnqueueRequest("tests.record", {}))
+    (root,) = second.enqueue().jobs.values()
+    claimed = {
+        job.id: job for job in sql.claims.claim("default", queues=["default"], limit=10, lease=LEASE, worker="t")
+    }
+    assert parent < child < root and claimed.keys() == {parent, root}
+    outcomes = [
+        Outcome(claimed[job_id], "succeeded", result_json="1", events=(("succeeded", {}),)) for job_id in (root, parent)
+    ]
+
+    recorded, cancelled = _assert_locks_in_id_order(
+        holder, child, root, lambda: sql.outcomes.record_outcomes_releasing("default", outcomes)
+    )
+
+    assert (recorded, cancelled) == ({parent, root}, [])
+    assert dict(Job.objects.values_list("id", "status")) == {
+        parent: JobStatus.SUCCEEDED, child: JobStatus.QUEUED, root: JobStatus.SUCCEEDED
+    }  # fmt: skip
 
 
 def test_release_locks_in_id_order(holder):

@@ -9,15 +9,18 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.db import transaction
 from django.utils import timezone
 
-from django_workhorse import EnqueueOptions, EnqueueRequest, enqueue, sql
+from django_workhorse import EnqueueOptions, EnqueueOutcome, EnqueueRequest, Idempotency, enqueue, sql
 from django_workhorse.models import Job, JobEvent, JobStatus
 from django_workhorse.sql.claims import ClaimedJob, claim
+from django_workhorse.tasks.retry import RetryPolicy
+from django_workhorse.testing import eager
 from django_workhorse.worker.execution import Outcome, record
 from django_workhorse.workflows import Workflow
 from tests.conftest import race
-from tests.worker_tasks import run_worker
+from tests.worker_tasks import CALLS, run_worker
 
 LEASE = timedelta(minutes=5)
 
@@ -159,3 +162,72 @@ def test_the_claim_carries_the_workflow_and_plain_jobs_none():
     claimed = claim_all("carry")
     assert claimed[result.jobs["a"]].workflow_id == result.workflow_id
     assert claimed[plain].workflow_id is None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_chord_callback_is_released_once_while_its_header_steps_retry():
+    # Celery's chord counter breaks when a header task is retried or duplicated; here a retry records
+    # "queued" (no release) and only the fenced success of each header step's last attempt counts.
+    retry = RetryPolicy.fixed(timedelta(milliseconds=10))
+    options = EnqueueOptions(max_attempts=5, retry_policy=retry)
+    wf = Workflow("chord")
+    header = [wf.add(f"h{n}", EnqueueRequest("tests.fail_until", {"succeed_on": 3}, options)) for n in range(3)]
+    wf.add("callback", EnqueueRequest("tests.record", {"callback": True}), after=header)
+    jobs = wf.enqueue().jobs
+    CALLS.clear()
+
+    run_worker(concurrency=4, max_jobs=3 * 3 + 1)
+
+    rows = {row.step_name: row for row in Job.objects.filter(pk__in=jobs.values())}
+    assert {step: (row.status, row.attempt) for step, row in rows.items()} == {
+        **{f"h{n}": (JobStatus.SUCCEEDED, 3) for n in range(3)},
+        "callback": (JobStatus.SUCCEEDED, 1),
+    }
+    assert JobEvent.objects.filter(job_id=jobs["callback"], kind="ready").count() == 1
+    assert JobEvent.objects.filter(kind="retry_scheduled").count() == 6
+    assert [call for call in CALLS.items() if call == {"callback": True}] == [{"callback": True}]
+    assert rows["callback"].started_at >= max(rows[f"h{n}"].finished_at for n in range(3))
+
+
+@pytest.mark.django_db
+def test_eager_mode_runs_a_workflow_in_dependency_order_inside_enqueue():
+    wf = Workflow("eager diamond")
+    wf.add("a", EnqueueRequest("tests.record", "a"))
+    wf.add("b", EnqueueRequest("tests.record", "b"), after=["a"])
+    wf.add("c", EnqueueRequest("tests.record", "c"), after=["a"])
+    wf.add("d", EnqueueRequest("tests.record", "d"), after=["b", "c"])
+    CALLS.clear()
+
+    with eager(), transaction.atomic():
+        jobs = wf.enqueue().jobs
+        assert CALLS.items() == ["a", "b", "c", "d"]  # released steps run by id, in the caller's transaction
+        assert set(statuses(jobs).values()) == {JobStatus.SUCCEEDED}
+        CALLS.clear()
+        replay = Workflow("eager diamond", idempotency=None)  # unkeyed: a second workflow runs again
+        for step in "abcd":
+            replay.add(
+                step,
+                EnqueueRequest("tests.record", step),
+                after={"b": ["a"], "c": ["a"], "d": ["b", "c"]}.get(step, []),
+            )
+        replay.enqueue()
+        assert CALLS.items() == ["a", "b", "c", "d"]
+
+
+@pytest.mark.django_db
+def test_eager_mode_leaves_the_children_of_a_dead_step_waiting_and_a_keyed_replay_runs_nothing():
+    wf = Workflow("eager failure", idempotency=Idempotency("eager-failure"))
+    wf.add("a", EnqueueRequest("tests.always_fail", "a", EnqueueOptions(max_attempts=1)))
+    wf.add("b", EnqueueRequest("tests.record", "b"), after=["a"])
+    wf.add("c", EnqueueRequest("tests.record", "c"))
+    CALLS.clear()
+
+    with eager(propagate=False):
+        first = wf.enqueue()
+        assert statuses(first.jobs) == {"a": JobStatus.DEAD, "b": JobStatus.WAITING, "c": JobStatus.SUCCEEDED}
+        assert CALLS.items() == ["a", "c"]
+        CALLS.clear()
+        again = wf.enqueue()
+
+    assert (again.outcome, again.jobs) == (EnqueueOutcome.REPLAYED, first.jobs)
+    assert CALLS.items() == []

@@ -15,12 +15,18 @@ from django_workhorse.types import EnqueueResult
 # Whether accepted jobs run inline here and now, and how: set by the worker room (None before).
 _active: Callable[[], bool] | None = None
 _run: Callable[[str, Sequence[EnqueueResult]], None] | None = None
+_run_workflow: Callable[[str, int], None] | None = None
 
 
-def set_inline_runner(active: Callable[[], bool], run: Callable[[str, Sequence[EnqueueResult]], None]) -> None:
-    """Register how accepted jobs run inline (eager mode): ``active()`` says whether, ``run`` runs them."""
-    global _active, _run
-    _active, _run = active, run
+def set_inline_runner(
+    active: Callable[[], bool],
+    run: Callable[[str, Sequence[EnqueueResult]], None],
+    run_workflow: Callable[[str, int], None] | None = None,
+) -> None:
+    """Register how accepted jobs run inline (eager mode): ``active()`` says whether, ``run`` runs
+    them, ``run_workflow`` runs an accepted workflow's steps as they are released."""
+    global _active, _run, _run_workflow
+    _active, _run, _run_workflow = active, run, run_workflow
 
 
 def runs_inline() -> bool:
@@ -32,3 +38,9 @@ def after_write(alias: str, results: Sequence[EnqueueResult]) -> None:
     """Run the accepted jobs of a write inline when eager mode is on; nothing otherwise."""
     if _run is not None and runs_inline():
         _run(alias, results)
+
+
+def after_workflow_write(alias: str, workflow_id: int) -> None:
+    """Run an accepted workflow's steps inline, each once released, when eager mode is on."""
+    if _run_workflow is not None and runs_inline():
+        _run_workflow(alias, workflow_id)

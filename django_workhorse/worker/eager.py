@@ -89,6 +89,21 @@ def run_accepted(alias: str, results: Iterable[EnqueueResult]) -> None:
             run_job(result.job_id, using=alias, propagate=propagate)
 
 
+def run_workflow(alias: str, workflow_id: int) -> None:
+    """Run an accepted workflow's steps in id order, each once its parents released it, until none is
+    ready (called by a workflow's enqueue in eager mode). A step that is not due now waits for
+    :func:`run_jobs`, as a delayed job does."""
+    propagate = _current().propagate
+    skipped: set[JobId] = set()
+    for _ in range(MAX_EAGER_RUNS):
+        ready = Job.objects.using(alias).filter(workflow_id=workflow_id, status=JobStatus.QUEUED, run_at__lte=Now())
+        job_id: JobId | None = ready.exclude(pk__in=skipped).order_by("id").values_list("id", flat=True).first()
+        if job_id is None:
+            return
+        if run_job(job_id, using=alias, propagate=propagate) is None:
+            skipped.add(job_id)  # not claimable now (its concurrency key is saturated)
+
+
 def run_job(
     job_id: JobId, *, using: str | None = None, scheduled: bool = False, propagate: bool | None = None
 ) -> str | None:

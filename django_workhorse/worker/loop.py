@@ -150,6 +150,7 @@ class Worker:
         next_maintenance = time.monotonic() + app_settings.MAINTENANCE_INTERVAL.total_seconds()
         while not self._stopping.is_set():
             close_old_connections()
+            idle_before = self._idle()
             try:
                 next_reclaim = self._reclaim_if_due(next_reclaim)
                 next_maintenance = self._maintain_if_due(next_maintenance)
@@ -158,7 +159,7 @@ class Worker:
                 logger.exception("Claim failed; retrying after the poll interval")
                 connections[self.using].close()
                 claimed = 0
-            if self._should_exit(claimed):
+            if self._should_exit(claimed, idle_before):
                 return
             if claimed == 0 or not self._wants_more():
                 self._wake.wait(self._idle_wait())
@@ -210,12 +211,18 @@ class Worker:
     def _budget(self) -> int:
         return self.capacity if self.max_jobs is None else self.max_jobs - self.stats.claimed
 
-    def _should_exit(self, claimed: int) -> bool:
+    def _idle(self) -> bool:
         with self._lock:
-            idle = not self._held
+            return not self._held
+
+    def _should_exit(self, claimed: int, idle_before: bool) -> bool:
+        idle = self._idle()
         if self.max_jobs is not None and self.stats.claimed >= self.max_jobs:
             return idle
-        return self.burst and claimed == 0 and idle
+        # Burst mode stops only after a claim that began with every outcome written found nothing: a
+        # claim racing a recording could miss what that recording released (a workflow's next step)
+        # or what its handler enqueued.
+        return self.burst and claimed == 0 and idle_before and idle
 
     def _maintain_if_due(self, due: float) -> float:
         now = time.monotonic()

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from django.db import router
 
 from django_workhorse.conf import app_settings
+from django_workhorse.enqueueing.after_write import after_workflow_write
 from django_workhorse.enqueueing.api import MAX_ROUNDS
 from django_workhorse.enqueueing.fingerprints import (
     WORKFLOW_FIELD,
@@ -74,6 +75,7 @@ def _write(
     if written is None:
         return None
     jobs = {step.name: job_id for step, job_id in zip(plan.steps, written.job_ids, strict=True)}
+    after_workflow_write(alias, written.workflow_id)
     return WorkflowResult(written.workflow_id, EnqueueOutcome.ACCEPTED, jobs)
 
 
