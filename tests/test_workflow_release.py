@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from django_workhorse import EnqueueOptions, EnqueueOutcome, EnqueueRequest, Idempotency, enqueue, sql
@@ -231,3 +231,35 @@ def test_eager_mode_leaves_the_children_of_a_dead_step_waiting_and_a_keyed_repla
 
     assert (again.outcome, again.jobs) == (EnqueueOutcome.REPLAYED, first.jobs)
     assert CALLS.items() == []
+
+
+@pytest.mark.django_db
+def test_the_releasing_statement_reads_jobs_by_primary_key_among_many_waiting_steps():
+    # 20,000 waiting steps in other workflows, and a parent of 999: its recording must find its own
+    # children by their ids (never by reading every waiting step through the waiting index), and
+    # update them by primary key (a nested loop with the join as a filter was quadratic: 0.6 s).
+    for n in range(20):
+        other = Workflow(f"other {n}")
+        other.add("root", request(queue="elsewhere"))
+        for m in range(999):
+            other.add(f"m{m}", request(), after=["root"])
+        other.enqueue()
+    wf = Workflow("fan out")
+    wf.add("source", request())
+    for m in range(999):
+        wf.add(f"m{m}", request(), after=["source"])
+    jobs = wf.enqueue().jobs
+    (source,) = claim_all().values()
+    params = {"outcomes": sql.outcomes._json_outcomes([succeeded(source)]), "channel": "unused"}
+
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE workhorse_job")
+        cursor.execute("EXPLAIN (ANALYZE, COSTS OFF) " + sql.outcomes.RECORD_OUTCOMES_RELEASING, params)
+        plan = [line for (line,) in cursor.fetchall()]
+
+    text = "\n".join(plan)
+    assert "workhorse_job_waiting_idx" not in text and "workhorse_job_lease_idx" not in text, text
+    assert "Rows Removed by Join Filter" not in text, text
+    (released,) = [n for n, line in enumerate(plan) if line.strip() == "CTE released"]
+    assert "Index Scan using workhorse_job_pkey" in "\n".join(plan[released : released + 6]), text
+    assert Job.objects.filter(pk__in=jobs.values(), status=JobStatus.QUEUED).count() == 999

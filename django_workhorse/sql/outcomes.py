@@ -62,23 +62,29 @@ SELECT id FROM finished
 """
 
 # record_outcomes_releasing: RECORD_OUTCOMES for a batch that holds a workflow step (a batch
-# without one runs the statement above, free of CTEs it would never use). ``children`` are the
-# edges out of the batch's jobs (workhorse_dep_parent_idx: an index-only probe); ``held`` locks, in
-# one id-ordered pass, the batch's jobs whose lease still matches and their children still waiting,
-# so the lock order holds for parents and children alike (a child that stopped waiting meanwhile,
-# cancelled say, is re-checked once locked and left out). Returns each recorded job and whether it
+# without one runs the statement above, free of CTEs it would never use). ``targets`` are the
+# batch's jobs (with their lease tokens) and their children (through workhorse_dep_parent_idx: an
+# index-only probe; no token); ``held`` locks, in one id-ordered pass, the batch's jobs whose lease
+# still matches and their children still waiting, so the lock order holds for parents and children
+# alike (a child that stopped waiting meanwhile, cancelled say, is re-checked once locked and left
+# out). It finds them by primary key: its CASE keeps the planner off the partial indexes of
+# running and waiting jobs, which a plain ``status = 'waiting'`` let it scan whole, every waiting
+# step of every workflow read for each recording. Returns each recorded job and whether it
 # is a workflow step that ended cancelled: its waiting descendants are cancelled next, in the same
 # transaction.
 RECORD_OUTCOMES_RELEASING = f"""
 WITH {OUTCOME_ROWS},
-children AS (
-    SELECT edge.child_id FROM workhorse_job_dependency AS edge WHERE edge.parent_id IN (SELECT id FROM outcome)
+targets AS MATERIALIZED (
+    SELECT id, token FROM outcome
+    UNION ALL
+    SELECT DISTINCT edge.child_id, NULL::uuid
+    FROM outcome JOIN workhorse_job_dependency AS edge ON edge.parent_id = outcome.id
 ),
 held AS MATERIALIZED (
-    SELECT job.id, job.status = 'waiting' AS child FROM workhorse_job AS job
-    LEFT JOIN outcome ON outcome.id = job.id
-    WHERE job.id IN (SELECT id FROM outcome UNION SELECT child_id FROM children)
-      AND ((job.status = 'running' AND job.lease_token = outcome.token) OR job.status = 'waiting')
+    SELECT job.id, targets.token IS NULL AS child
+    FROM targets JOIN workhorse_job AS job ON job.id = targets.id
+    WHERE CASE WHEN targets.token IS NULL THEN job.status = 'waiting'
+               ELSE job.status = 'running' AND job.lease_token = targets.token END
     ORDER BY job.id
     FOR NO KEY UPDATE OF job
 ),
