@@ -95,8 +95,8 @@ def main() -> None:
         reset_tables()
         add("workflow, keyed (new key)", timed(lambda: fan(n, uuid.uuid4().hex).enqueue()))
         key = uuid.uuid4().hex
-        timed(lambda: fan(n, key).enqueue())
-        add("workflow, keyed replay", timed(lambda: fan(n, key).enqueue()))
+        timed(lambda key=key: fan(n, key).enqueue())
+        add("workflow, keyed replay", timed(lambda key=key: fan(n, key).enqueue()))
 
         reset_tables()
         enqueue_many([EnqueueRequest("bench.noop", PAYLOAD)] * n)
@@ -122,7 +122,11 @@ def main() -> None:
     print(f"{n} steps, {args.runs} runs; worker: {CONCURRENCY} threads, batch {BATCH}")
     print_table(
         "Enqueue (one transaction each)",
-        [(name, {k: v * 1000 for k, v in figure.items()}, "ms") for name, figure in figures.items() if "run:" not in name],
+        [
+            (name, {k: v * 1000 for k, v in figure.items()}, "ms")
+            for name, figure in figures.items()
+            if "run:" not in name
+        ],
     )
     print_table("Execution", [(name, figure, "jobs/s") for name, figure in figures.items() if "run:" in name])
     print(f"\nfan-out/fan-in ÷ independent jobs: {ratio:.2f}x")
