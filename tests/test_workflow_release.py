@@ -189,28 +189,25 @@ def test_a_chord_callback_is_released_once_while_its_header_steps_retry():
     assert rows["callback"].started_at >= max(rows[f"h{n}"].finished_at for n in range(3))
 
 
-@pytest.mark.django_db
-def test_eager_mode_runs_a_workflow_in_dependency_order_inside_enqueue():
-    wf = Workflow("eager diamond")
+def eager_diamond() -> Workflow:
+    wf = Workflow("eager diamond")  # unkeyed: each one is a new workflow
     wf.add("a", EnqueueRequest("tests.record", "a"))
     wf.add("b", EnqueueRequest("tests.record", "b"), after=["a"])
     wf.add("c", EnqueueRequest("tests.record", "c"), after=["a"])
     wf.add("d", EnqueueRequest("tests.record", "d"), after=["b", "c"])
+    return wf
+
+
+@pytest.mark.django_db
+def test_eager_mode_runs_a_workflow_in_dependency_order_inside_enqueue():
     CALLS.clear()
 
     with eager(), transaction.atomic():
-        jobs = wf.enqueue().jobs
+        jobs = eager_diamond().enqueue().jobs
         assert CALLS.items() == ["a", "b", "c", "d"]  # released steps run by id, in the caller's transaction
         assert set(statuses(jobs).values()) == {JobStatus.SUCCEEDED}
         CALLS.clear()
-        replay = Workflow("eager diamond", idempotency=None)  # unkeyed: a second workflow runs again
-        for step in "abcd":
-            replay.add(
-                step,
-                EnqueueRequest("tests.record", step),
-                after={"b": ["a"], "c": ["a"], "d": ["b", "c"]}.get(step, []),
-            )
-        replay.enqueue()
+        eager_diamond().enqueue()
         assert CALLS.items() == ["a", "b", "c", "d"]
 
 

@@ -14,6 +14,7 @@ from datetime import timedelta
 from types import TracebackType
 
 from django.db import router
+from django.db.models import QuerySet
 from django.db.models.functions import Now
 
 from django_workhorse import sql
@@ -93,15 +94,8 @@ def run_workflow(alias: str, workflow_id: int) -> None:
     """Run an accepted workflow's steps in id order, each once its parents released it, until none is
     ready (called by a workflow's enqueue in eager mode). A step that is not due now waits for
     :func:`run_jobs`, as a delayed job does."""
-    propagate = _current().propagate
-    skipped: set[JobId] = set()
-    for _ in range(MAX_EAGER_RUNS):
-        ready = Job.objects.using(alias).filter(workflow_id=workflow_id, status=JobStatus.QUEUED, run_at__lte=Now())
-        job_id: JobId | None = ready.exclude(pk__in=skipped).order_by("id").values_list("id", flat=True).first()
-        if job_id is None:
-            return
-        if run_job(job_id, using=alias, propagate=propagate) is None:
-            skipped.add(job_id)  # not claimable now (its concurrency key is saturated)
+    steps = Job.objects.using(alias).filter(workflow_id=workflow_id)
+    _run_until_none(alias, steps, ("id",), scheduled=False, propagate=_current().propagate)
 
 
 def run_job(
@@ -148,24 +142,27 @@ def run_jobs(
     run_at is in the future (delays, debounce windows, retries), now.
     """
     alias = using or router.db_for_write(Job)
+    jobs = Job.objects.using(alias).all()
+    if queues is not None:
+        jobs = jobs.filter(queue__in=list(queues))
+    return _run_until_none(alias, jobs, ("-priority", "run_at", "id"), scheduled=include_scheduled, propagate=propagate)
+
+
+def _run_until_none(
+    alias: str, jobs: QuerySet[Job], order: tuple[str, ...], *, scheduled: bool, propagate: bool | None
+) -> list[JobId]:
+    """Run the queued jobs among ``jobs``, next first by ``order``, until none is left; return the ids run."""
     ran: list[JobId] = []
     skipped: set[JobId] = set()
     while len(ran) < MAX_EAGER_RUNS:
-        job_id = _next_queued(alias, queues, include_scheduled, skipped)
+        queued = jobs.filter(status=JobStatus.QUEUED).exclude(pk__in=skipped)
+        if not scheduled:
+            queued = queued.filter(run_at__lte=Now())
+        job_id: JobId | None = queued.order_by(*order).values_list("id", flat=True).first()
         if job_id is None:
             return ran
-        if run_job(job_id, using=alias, scheduled=include_scheduled, propagate=propagate) is None:
+        if run_job(job_id, using=alias, scheduled=scheduled, propagate=propagate) is None:
             skipped.add(job_id)  # not claimable now (its concurrency key is saturated)
         else:
             ran.append(job_id)
     return ran
-
-
-def _next_queued(alias: str, queues: Sequence[str] | None, scheduled: bool, skipped: set[JobId]) -> JobId | None:
-    jobs = Job.objects.using(alias).filter(status=JobStatus.QUEUED).exclude(pk__in=skipped)
-    if queues is not None:
-        jobs = jobs.filter(queue__in=list(queues))
-    if not scheduled:
-        jobs = jobs.filter(run_at__lte=Now())
-    found: JobId | None = jobs.order_by("-priority", "run_at", "id").values_list("id", flat=True).first()
-    return found
