@@ -38,6 +38,7 @@ from django_workhorse.exceptions import (
     WorkerThreadError,
     WorkflowConflictError,
     WorkflowDefinitionError,
+    WorkflowDoesNotExist,
     WorkhorseBackendNotConfiguredError,
     WorkhorseError,
 )
@@ -177,6 +178,7 @@ __all__ = [
     "WorkerThreadError",
     "WorkflowConflictError",
     "WorkflowDefinitionError",
+    "WorkflowDoesNotExist",
     "WorkhorseBackendNotConfiguredError",
     "WorkhorseError",
     "__version__",

@@ -127,6 +127,10 @@ class JobDoesNotExist(WorkhorseError, ObjectDoesNotExist):  # noqa: N818 (Django
     """No job has the given id."""
 
 
+class WorkflowDoesNotExist(WorkhorseError, ObjectDoesNotExist):  # noqa: N818 (Django naming)
+    """No workflow has the given id."""
+
+
 def _short_repr(value: Any, limit: int = 80) -> str:
     try:
         text = repr(value)

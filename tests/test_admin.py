@@ -41,6 +41,7 @@ from django_workhorse.models import (
     EventKind,
     IdempotencyBinding,
     Job,
+    JobDependency,
     JobEvent,
     JobStatus,
     Redrive,
@@ -641,6 +642,22 @@ def test_each_action_is_offered_with_exactly_its_permission(client, django_user_
     assert case.action in action_choices(client.get(case.url))
     assert action_choices(client.get(case.url)) <= {case.action}
     assert "delete_selected" not in action_choices(client.get(case.url))
+
+
+def test_cancel_counts_waiting_workflow_steps_and_cancels_what_follows_them(client, django_user_model, world):
+    login(client, django_user_model, "olga", VIEW_PERMS + ("cancel_job",))
+    step = WaitingStepFactory()
+    after = WaitingStepFactory(workflow=step.workflow)
+    JobDependency.objects.create(parent=step, child=after)
+
+    response = post_action(client, JOBS, "cancel_jobs", [step.pk, world.done.pk])
+
+    assert messages_of(client.get(response["Location"])) == [
+        "Cancelled 0 queued job(s); cancelled 1 waiting workflow step(s) and the steps after them; "
+        "asked 0 running job(s) to stop; 1 had already finished."
+    ]
+    assert set(Job.objects.filter(pk__in=[step.pk, after.pk]).values_list("status", flat=True)) == {"cancelled"}
+    assert [e.details for e in events(after, "cancelled")] == [{"cause": step.pk, "requested_by": "admin:olga"}]
 
 
 def test_cancel_records_the_admin_user(client, django_user_model, world):

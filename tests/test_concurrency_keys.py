@@ -730,7 +730,7 @@ def test_a_cancel_request_leaves_the_slot_taken_until_the_job_stops():
     other = enqueue("tests.record", {}, concurrency_key=KEY, concurrency_limit=1)
     [job] = claim()
 
-    assert workhorse_sql.actions.cancel(ALIAS, first, "test") == JobStatus.RUNNING
+    assert workhorse_sql.actions.cancel(ALIAS, first, "test") == (JobStatus.RUNNING, None)
     assert claim() == []
 
     assert record(ALIAS, [Outcome(job, "cancelled")]) == ["cancelled"]

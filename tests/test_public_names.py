@@ -43,6 +43,7 @@ PUBLIC = {
     "TaskDefinitionError": "django_workhorse.exceptions",
     "WorkerThreadError": "django_workhorse.exceptions",
     "WorkflowConflictError": "django_workhorse.exceptions",
+    "WorkflowDoesNotExist": "django_workhorse.exceptions",
     "WorkflowDefinitionError": "django_workhorse.exceptions",
     "WorkhorseBackendNotConfiguredError": "django_workhorse.exceptions",
     "WorkhorseError": "django_workhorse.exceptions",

@@ -268,10 +268,12 @@ class JobAdmin(ReadOnlyAdmin):
         for job_id in queryset.values_list("pk", flat=True):
             before[cancel(job_id, requested_by=actor(request))] += 1
         cancelled, asked = before[JobStatus.QUEUED], before[JobStatus.RUNNING]
-        finished = sum(before.values()) - cancelled - asked
+        waiting = before[JobStatus.WAITING]
+        finished = sum(before.values()) - cancelled - asked - waiting
+        steps = f"cancelled {waiting} waiting workflow step(s) and the steps after them; " if waiting else ""
         self.message_user(
             request,
-            f"Cancelled {cancelled} queued job(s); asked {asked} running job(s) to stop; "
+            f"Cancelled {cancelled} queued job(s); {steps}asked {asked} running job(s) to stop; "
             f"{finished} had already finished.",
             messages.SUCCESS,
         )

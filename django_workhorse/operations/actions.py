@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import router
+from django.db import router, transaction
 from django.db.models import QuerySet
 
 from django_workhorse import conf, sql
@@ -33,15 +33,23 @@ PURGE_CHUNK = 1000
 def cancel(job_id: int, *, requested_by: str = "", using: str | None = None) -> JobStatus:
     """Cancel job ``job_id`` and return its status before the request.
 
-    A queued job becomes ``cancelled``. A running job is asked to stop: its handler sees
-    ``ctx.cancelled`` within a heartbeat (lease / 3) and should return or call
-    ``ctx.raise_if_cancelled()``; the job then ends ``cancelled``. A finished job is left alone.
-    Raise ``JobDoesNotExist`` if there is no such job, ``InvalidArgumentError`` for a bad argument.
+    A queued job, or a workflow step still waiting for its parents, becomes ``cancelled``. A running
+    job is asked to stop: its handler sees ``ctx.cancelled`` within a heartbeat (lease / 3) and
+    should return or call ``ctx.raise_if_cancelled()``; the job then ends ``cancelled``. A finished
+    job is left alone. A workflow step cancelled cancels its waiting descendants too, in the same
+    transaction. Raise ``JobDoesNotExist`` if there is no such job, ``InvalidArgumentError`` for a
+    bad argument.
     """
     check_id(job_id, "job_id")
-    status = sql.actions.cancel(_alias(using), job_id, check_requested_by(requested_by))
-    if status is None:
-        raise JobDoesNotExist(f"no job has id {job_id}")
+    requested_by = check_requested_by(requested_by)
+    alias = _alias(using)
+    with transaction.atomic(using=alias):
+        found = sql.actions.cancel(alias, job_id, requested_by)
+        if found is None:
+            raise JobDoesNotExist(f"no job has id {job_id}")
+        status, workflow_id = found
+        if workflow_id is not None and status in (JobStatus.QUEUED, JobStatus.WAITING):
+            sql.workflow_control.cascade_cancel(alias, [job_id], requested_by)
     return JobStatus(status)
 
 
@@ -101,14 +109,16 @@ def redrive(
     """
     _check_redrive(job_id, request_id, requested_by, reason)
     alias = _alias(using)
-    row = sql.actions.redrive(
-        alias,
-        source_id=job_id,
-        request_id=request_id,
-        requested_by=requested_by,
-        reason=reason,
-        channel=app_settings.NOTIFY_CHANNEL,
-    )
+    with transaction.atomic(using=alias):
+        sql.actions.lock_redrive_source(alias, job_id)  # redrives of one job take turns
+        row = sql.actions.redrive(
+            alias,
+            source_id=job_id,
+            request_id=request_id,
+            requested_by=requested_by,
+            reason=reason,
+            channel=app_settings.NOTIFY_CHANNEL,
+        )
     if row is None:  # not dead, missing, or redriven by a transaction our snapshot could not see
         row = sql.actions.find_redrive(alias, source_id=job_id, request_id=request_id)
     if row is None:
@@ -140,7 +150,9 @@ def plan_redrive(
         .first()
     )
     if earlier is None:
-        if not Job.objects.using(alias).filter(pk=job_id, status=JobStatus.DEAD).exists():
+        source = Job.objects.using(alias).filter(pk=job_id, status=JobStatus.DEAD).values("workflow_id", "step_name")
+        found = source.first()
+        if found is None or (found["workflow_id"] is not None and _latest_of_step(alias, **found) != job_id):
             raise _not_redrivable(alias, job_id)
         return RedrivePlan(new_job_id=None)
     new_job_id, stored_by, stored_reason = earlier
@@ -167,8 +179,23 @@ def _check_same_redrive(
 
 
 def _not_redrivable(alias: str, job_id: int) -> Exception:
-    status = Job.objects.using(alias).filter(pk=job_id).values_list("status", flat=True).first()
-    return JobDoesNotExist(f"no job has id {job_id}") if status is None else JobNotDeadError(job_id, status)
+    found = Job.objects.using(alias).filter(pk=job_id).values_list("status", "workflow_id", "step_name").first()
+    if found is None:
+        return JobDoesNotExist(f"no job has id {job_id}")
+    status, workflow_id, step_name = found
+    if status != JobStatus.DEAD:
+        return JobNotDeadError(job_id, status)
+    latest = _latest_of_step(alias, workflow_id, step_name)
+    return InvalidArgumentError(
+        field="job_id", bound=f"the latest job of its workflow step {step_name!r} (job {latest})", value=job_id
+    )
+
+
+def _latest_of_step(alias: str, workflow_id: int, step_name: str) -> int | None:
+    """The current job of a workflow step: the latest of its lineage (a redrive's copy joins it)."""
+    jobs = Job.objects.using(alias).filter(workflow_id=workflow_id, step_name=step_name)
+    latest: int | None = jobs.order_by("-pk").values_list("pk", flat=True).first()
+    return latest
 
 
 # -- purge -------------------------------------------------------------------------------------------
@@ -179,7 +206,9 @@ def purgeable(
 ) -> QuerySet[Job]:
     """The queued jobs :func:`purge` would delete now (for previews and dry runs)."""
     queue, ids = _check_purge(queue, job_ids)
-    jobs: QuerySet[Job] = Job.objects.using(_alias(using)).filter(status=JobStatus.QUEUED)
+    # A queued workflow step is never purged: its edges would go with it, and its children would
+    # wait for ever (cancel it instead, which cancels them too).
+    jobs: QuerySet[Job] = Job.objects.using(_alias(using)).filter(status=JobStatus.QUEUED, workflow__isnull=True)
     if queue is not None:
         jobs = jobs.filter(queue=queue)
     return jobs if ids is None else jobs.filter(pk__in=ids)
@@ -194,7 +223,7 @@ def purge(
 ) -> int:
     """Delete queued jobs of ``queue`` (or the given ids, or both filters) and release their keys at once.
 
-    Running and finished jobs are never purged. Jobs go in chunks of 1,000, one statement each;
+    Running and finished jobs, and workflow steps, are never purged. Jobs go in chunks of 1,000, one statement each;
     ``on_progress(count)`` is called after each. Return how many jobs were deleted. Raise
     ``InvalidArgumentError`` if neither ``queue`` nor ``job_ids`` is given (so nothing is purged by
     accident) or for a bad one (``job_ids`` is a sequence of ints, never a string).

@@ -13,9 +13,19 @@ from django_workhorse.sql.connection import execute
 # keeping its breaker, rate limit and partition and fair share key, so that it is admitted as its
 # source was) and record the lineage, once per (source job, request id): ON CONFLICT DO NOTHING on
 # workhorse_redrive_source_request_uniq. Returns the new job, or the redrive already recorded.
+# A workflow step (decision 0022 §2) is redriven only from its current job, the latest of its
+# lineage (workhorse_job_workflow_idx), which the caller has locked: the copy joins the step
+# (workflow_id, step_name; root_id keeps it out of the step's unique index), gets the source's
+# incoming edges (its parents, all finished: pending_parents 0), and takes over the outgoing edges
+# without allow_failure, which its death left uncounted, so that its success releases those
+# children once. Edges that allow failure stay: they were counted at the death.
 REDRIVE = f"""
 WITH source AS (
-    SELECT * FROM workhorse_job WHERE id = %(source_id)s AND status = 'dead'
+    SELECT * FROM workhorse_job AS job
+    WHERE job.id = %(source_id)s AND job.status = 'dead'
+      AND (job.workflow_id IS NULL OR NOT EXISTS (
+          SELECT 1 FROM workhorse_job AS later
+          WHERE later.workflow_id = job.workflow_id AND later.step_name = job.step_name AND later.id > job.id))
 ),
 drawn AS (SELECT nextval('{JOB_ID_SEQUENCE}') AS job_id, statement_timestamp() AS now),
 lineage AS (
@@ -28,14 +38,27 @@ jobs AS (
     INSERT INTO workhorse_job (
         id, job_type, queue, payload, status, priority, run_at, attempt, max_attempts,
         retry_policy, deadline, timeout, concurrency_key, concurrency_limit, tags, created_at, last_error, root_id,
-        scheduled_for, trace_context, breaker_key, rate_limit, rate_partition, partition_key)
+        scheduled_for, trace_context, breaker_key, rate_limit, rate_partition, partition_key,
+        workflow_id, step_name)
     SELECT lineage.new_job_id, source.job_type, source.queue, source.payload, 'queued', source.priority,
            drawn.now, 0, source.max_attempts, source.retry_policy, NULL, source.timeout,
            source.concurrency_key, source.concurrency_limit, source.tags, drawn.now, '',
            coalesce(source.root_id, source.id), source.scheduled_for, source.trace_context,
-           source.breaker_key, source.rate_limit, source.rate_partition, source.partition_key
+           source.breaker_key, source.rate_limit, source.rate_partition, source.partition_key,
+           source.workflow_id, source.step_name
     FROM lineage, source, drawn
-    RETURNING id, queue, created_at
+    RETURNING id, queue, created_at, workflow_id
+),
+parents AS (
+    INSERT INTO workhorse_job_dependency (child_id, parent_id, allow_failure)
+    SELECT jobs.id, edge.parent_id, edge.allow_failure
+    FROM jobs JOIN workhorse_job_dependency AS edge ON edge.child_id = %(source_id)s
+    WHERE jobs.workflow_id IS NOT NULL
+),
+children AS (
+    UPDATE workhorse_job_dependency AS edge SET parent_id = jobs.id
+    FROM jobs
+    WHERE jobs.workflow_id IS NOT NULL AND edge.parent_id = %(source_id)s AND NOT edge.allow_failure
 ),
 events AS (
     INSERT INTO workhorse_job_event (job_id, kind, attempt, at, details)
@@ -52,6 +75,11 @@ WHERE redrive.source_id = %(source_id)s AND redrive.request_id = %(request_id)s
   AND NOT EXISTS (SELECT 1 FROM lineage)
 """
 
+# lock_redrive_source: lock a job about to be redriven, in the caller's transaction (FOR NO KEY
+# UPDATE: a recorder or a prune waits), so that redrives of one job take turns and REDRIVE, the
+# statement after, sees in its own snapshot the copy the one before it made. Returns its id.
+LOCK_REDRIVE_SOURCE = "SELECT id FROM workhorse_job WHERE id = %(source_id)s FOR NO KEY UPDATE"
+
 
 # find_redrive: a recorded redrive by (source, request id), via workhorse_redrive_source_request_uniq.
 FIND_REDRIVE = """
@@ -60,29 +88,30 @@ WHERE source_id = %(source_id)s AND request_id = %(request_id)s
 """
 
 
-# cancel: stop a job. A queued job is cancelled at once; a running one is asked to stop (its
-# handler sees ctx.cancelled at the next heartbeat). Returns the job's status before, if it exists.
-# One row, locked first (FOR UPDATE): no lock order to keep.
+# cancel: stop a job. A queued or waiting job is cancelled at once; a running one is asked to stop
+# (its handler sees ctx.cancelled at the next heartbeat). Returns the job's status before, and its
+# workflow (a cancelled step's waiting descendants are cancelled next, in the same transaction), if
+# the job exists. One row, locked first (FOR UPDATE): no lock order to keep.
 CANCEL = """
 WITH target AS (
-    SELECT id, status FROM workhorse_job WHERE id = %(job_id)s FOR UPDATE
+    SELECT id, status, workflow_id FROM workhorse_job WHERE id = %(job_id)s FOR UPDATE
 ),
 cancelled AS (
     UPDATE workhorse_job AS job
-    SET status = CASE WHEN target.status = 'queued' THEN 'cancelled' ELSE job.status END,
-        finished_at = CASE WHEN target.status = 'queued' THEN clock_timestamp() ELSE job.finished_at END,
+    SET status = CASE WHEN target.status IN ('queued', 'waiting') THEN 'cancelled' ELSE job.status END,
+        finished_at = CASE WHEN target.status IN ('queued', 'waiting') THEN clock_timestamp() ELSE job.finished_at END,
         cancel_requested = target.status = 'running'
     FROM target
-    WHERE job.id = target.id AND target.status IN ('queued', 'running')
+    WHERE job.id = target.id AND target.status IN ('queued', 'waiting', 'running')
     RETURNING job.id, job.attempt, target.status AS was
 ),
 events AS (
     INSERT INTO workhorse_job_event (job_id, kind, attempt, at, details)
-    SELECT id, CASE WHEN was = 'queued' THEN 'cancelled' ELSE 'cancel_requested' END, attempt,
+    SELECT id, CASE WHEN was = 'running' THEN 'cancel_requested' ELSE 'cancelled' END, attempt,
            clock_timestamp(), jsonb_build_object('requested_by', %(requested_by)s::text)
     FROM cancelled
 )
-SELECT status FROM target
+SELECT status, workflow_id FROM target
 """
 
 
@@ -99,16 +128,21 @@ def redrive(
     return tuple(rows[0]) if rows else None
 
 
+def lock_redrive_source(alias: str, source_id: int) -> None:
+    """Run LOCK_REDRIVE_SOURCE (in the caller's transaction)."""
+    execute(alias, LOCK_REDRIVE_SOURCE, {"source_id": source_id})
+
+
 def find_redrive(alias: str, *, source_id: int, request_id: str) -> tuple[bool, int, str, str, str | None] | None:
     """Read a recorded redrive in a fresh snapshot (one committed after REDRIVE's snapshot)."""
     rows = execute(alias, FIND_REDRIVE, {"source_id": source_id, "request_id": request_id})
     return tuple(rows[0]) if rows else None
 
 
-def cancel(alias: str, job_id: int, requested_by: str) -> str | None:
-    """Run CANCEL; return the job's status before it, or None if there is no such job."""
+def cancel(alias: str, job_id: int, requested_by: str) -> tuple[str, int | None] | None:
+    """Run CANCEL; return the job's status before it and its workflow, or None if there is no such job."""
     rows = execute(alias, CANCEL, {"job_id": job_id, "requested_by": requested_by})
-    return rows[0][0] if rows else None
+    return (rows[0][0], rows[0][1]) if rows else None
 
 
 # run_now: make scheduled queued jobs due now (an operator's "run now"), locking them in id

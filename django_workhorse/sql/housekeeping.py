@@ -15,12 +15,13 @@ from django_workhorse.sql.keys import FREE, TERMINAL
 # purge_queued: delete queued jobs of a queue (or by id), in one statement. Their bindings are
 # released at once, and their events, checkpoints (a job waiting for a retry may have some) and
 # lineage records go too: every child row of a job references it ON DELETE CASCADE (models.JOB_CHILD).
-# Running and finished jobs are left alone. Jobs are locked in id order, skipping those locked by
+# Running and finished jobs are left alone, and so are workflow steps (their edges would go with them,
+# their children waiting for ever). Jobs are locked in id order, skipping those locked by
 # anyone else.
 PURGE_QUEUED = """
 WITH doomed AS MATERIALIZED (
     SELECT id FROM workhorse_job
-    WHERE status = 'queued'
+    WHERE status = 'queued' AND workflow_id IS NULL
       AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
       AND (%(job_ids)s::bigint[] IS NULL OR id = ANY(%(job_ids)s::bigint[]))
     ORDER BY id

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from django_workhorse.conf import app_settings
-from django_workhorse.sql.connection import execute
+from django_workhorse.sql.connection import execute, execute_first
 from django_workhorse.sql.releases import death_release_ctes, release_ctes
 
 if TYPE_CHECKING:
@@ -176,9 +176,10 @@ def record_outcomes(alias: str, outcomes: Sequence[Any]) -> set[int]:
 
 def record_outcomes_releasing(alias: str, outcomes: Sequence[Any]) -> tuple[set[int], list[int]]:
     """Run RECORD_OUTCOMES_RELEASING (a batch with a workflow step); return the ids whose lease was
-    still held, and those of the workflow steps among them that ended cancelled."""
+    still held, and those of the workflow steps among them that ended cancelled. The first
+    statement of an ``atomic()`` block, it travels with the block's BEGIN."""
     params = {"outcomes": _json_outcomes(outcomes), "channel": app_settings.NOTIFY_CHANNEL}
-    rows = execute(alias, RECORD_OUTCOMES_RELEASING, params)
+    rows = execute_first(alias, RECORD_OUTCOMES_RELEASING, params)
     return {row[0] for row in rows}, [row[0] for row in rows if row[1]]
 
 

@@ -10,6 +10,8 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from django.db import transaction
+
 from django_workhorse import sql
 from django_workhorse.conf import app_settings
 from django_workhorse.enqueueing.storable import check_json, storable_text
@@ -183,10 +185,15 @@ def record(alias: str, outcomes: Sequence[Outcome]) -> list[str]:
 
 
 def _write(alias: str, writable: Sequence[Outcome]) -> set[int]:
-    """Record ``writable``; a batch with a workflow step also releases the children it satisfies."""
-    if any(outcome.job.workflow_id is not None for outcome in writable):
-        return sql.outcomes.record_outcomes_releasing(alias, writable)[0]
-    return sql.outcomes.record_outcomes(alias, writable)
+    """Record ``writable``; a batch with a workflow step also releases the children it satisfies,
+    and cancels the waiting descendants of a step that ended cancelled, in the same transaction."""
+    if not any(outcome.job.workflow_id is not None for outcome in writable):
+        return sql.outcomes.record_outcomes(alias, writable)
+    with transaction.atomic(using=alias):
+        held, cancelled = sql.outcomes.record_outcomes_releasing(alias, writable)
+        if cancelled:
+            sql.workflow_control.cascade_cancel(alias, cancelled, requested_by="")
+    return held
 
 
 def _log_finished(outcome: Outcome, status: str) -> None:

@@ -1,11 +1,16 @@
-"""What enqueueing a workflow returns (a value: no database work here)."""
+"""What enqueueing a workflow returns: a value, with shortcuts to the workflow's state and its
+cancellation (``workflows.operations``)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from django_workhorse.types import EnqueueOutcome
+
+if TYPE_CHECKING:
+    from django_workhorse.workflows.operations import WorkflowState
 
 
 @dataclass(frozen=True)
@@ -16,3 +21,15 @@ class WorkflowResult:
     workflow_id: int
     outcome: EnqueueOutcome
     jobs: Mapping[str, int]
+
+    def state(self, *, using: str | None = None) -> WorkflowState:
+        """The workflow's state now: see :func:`~django_workhorse.workflows.operations.workflow_state`."""
+        from django_workhorse.workflows.operations import workflow_state  # noqa: PLC0415 (models at call time)
+
+        return workflow_state(self.workflow_id, using=using)
+
+    def cancel(self, *, requested_by: str = "", using: str | None = None) -> int:
+        """Cancel the workflow: see :func:`~django_workhorse.workflows.operations.cancel_workflow`."""
+        from django_workhorse.workflows.operations import cancel_workflow  # noqa: PLC0415 (models at call time)
+
+        return cancel_workflow(self.workflow_id, requested_by=requested_by, using=using)
