@@ -109,6 +109,22 @@ def test_a_running_step_asked_to_stop_cancels_its_descendants_when_it_ends_cance
     assert cancelled_causes(jobs) == dict.fromkeys("bcde", jobs["a"])
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_retry_that_meets_a_cancellation_request_cancels_the_steps_descendants():
+    jobs = diamond_with_tail(request("tests.fail_when_cancelled"))
+
+    with running(make_worker(concurrency=2)):
+        wait_for(lambda: Job.objects.filter(pk=jobs["a"], status=JobStatus.RUNNING, checkpoints__name="started").exists(),
+                 what="step a running")  # fmt: skip
+        assert cancel(jobs["a"]) == JobStatus.RUNNING
+        wait_for(lambda: statuses(jobs)["a"] == "cancelled", what="step a cancelled")
+        wait_for(lambda: statuses(jobs)["x"] == "succeeded", what="step x run")
+
+    assert statuses(jobs) == {**dict.fromkeys("abcde", "cancelled"), "x": "succeeded"}
+    assert cancelled_causes(jobs) == dict.fromkeys("bcde", jobs["a"])
+    assert Job.objects.get(pk=jobs["a"]).last_error.startswith("RuntimeError: failed after the cancellation request")
+
+
 @pytest.mark.django_db
 def test_cancel_workflow_cancels_waiting_and_queued_steps_and_asks_running_ones_to_stop_once():
     jobs = diamond_with_tail()

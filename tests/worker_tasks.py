@@ -207,6 +207,17 @@ def wait_for_cancel(ctx: HandlerContext, payload: dict[str, float]) -> dict[str,
     return {"cancelled": ctx.cancelled}
 
 
+@register("tests.fail_when_cancelled")
+def fail_when_cancelled(ctx: HandlerContext, payload: Any) -> None:
+    """Run until cancellation is requested, then fail (a retry the recording turns into a cancel)."""
+    _started(ctx)
+    deadline = time.monotonic() + 60
+    tick = threading.Event()
+    while not ctx.cancelled and time.monotonic() < deadline:
+        tick.wait(0.01)
+    raise RuntimeError("failed after the cancellation request" if ctx.cancelled else "never cancelled")
+
+
 # -- handlers run by worker subprocesses ------------------------------------------------------------
 
 

@@ -184,11 +184,20 @@ def record(alias: str, outcomes: Sequence[Outcome]) -> list[str]:
     return statuses
 
 
+# The outcomes that can leave a job cancelled: a cancel, and a retry or snooze that meets a
+# cancellation requested meanwhile (sql.outcomes turns it into one).
+_MAY_END_CANCELLED = frozenset({"cancelled", "queued"})
+
+
 def _write(alias: str, writable: Sequence[Outcome]) -> set[int]:
     """Record ``writable``; a batch with a workflow step also releases the children it satisfies,
     and cancels the waiting descendants of a step that ended cancelled, in the same transaction."""
-    if not any(outcome.job.workflow_id is not None for outcome in writable):
+    steps = [outcome for outcome in writable if outcome.job.workflow_id is not None]
+    if not steps:
         return sql.outcomes.record_outcomes(alias, writable)
+    if not any(outcome.status in _MAY_END_CANCELLED for outcome in steps):
+        # Nothing can end cancelled: the releasing statement alone, no transaction round trips.
+        return sql.outcomes.record_outcomes_releasing(alias, writable)[0]
     with transaction.atomic(using=alias):
         held, cancelled = sql.outcomes.record_outcomes_releasing(alias, writable)
         if cancelled:
