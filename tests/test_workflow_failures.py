@@ -5,6 +5,8 @@ a cancel; the derived state; purge leaves steps alone. Real PostgreSQL, real wor
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from django.db import transaction
 
@@ -21,6 +23,12 @@ from django_workhorse.workflows.operations import (
 )
 from tests.conftest import race
 from tests.worker_tasks import CALLS, make_worker, run_worker, running, wait_for
+
+
+# A running handler learns of a cancellation request at its worker's heartbeat, every third of the
+# lease: a 3 s lease has it within a second, well inside wait_for's deadline (the default lease,
+# 30 s, would take up to 10 s).
+HEARTBEAT_EVERY_SECOND = timedelta(seconds=3)
 
 
 def request(job_type: str = "tests.record", payload: object = None, max_attempts: int = 3) -> EnqueueRequest:
@@ -98,7 +106,7 @@ def test_cancelling_a_finished_step_cancels_nothing():
 def test_a_running_step_asked_to_stop_cancels_its_descendants_when_it_ends_cancelled():
     jobs = diamond_with_tail(request("tests.proc.until_cancelled"))
 
-    with running(make_worker(concurrency=2)):
+    with running(make_worker(concurrency=2, lease=HEARTBEAT_EVERY_SECOND)):
         wait_for(lambda: Job.objects.filter(pk=jobs["a"], status=JobStatus.RUNNING, checkpoints__name="started").exists(),
                  what="step a running")  # fmt: skip
         assert cancel(jobs["a"], requested_by="ops") == JobStatus.RUNNING
@@ -113,7 +121,7 @@ def test_a_running_step_asked_to_stop_cancels_its_descendants_when_it_ends_cance
 def test_a_retry_that_meets_a_cancellation_request_cancels_the_steps_descendants():
     jobs = diamond_with_tail(request("tests.fail_when_cancelled"))
 
-    with running(make_worker(concurrency=2)):
+    with running(make_worker(concurrency=2, lease=HEARTBEAT_EVERY_SECOND)):
         wait_for(lambda: Job.objects.filter(pk=jobs["a"], status=JobStatus.RUNNING, checkpoints__name="started").exists(),
                  what="step a running")  # fmt: skip
         assert cancel(jobs["a"]) == JobStatus.RUNNING
