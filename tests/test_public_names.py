@@ -40,6 +40,7 @@ PUBLIC = {
     "ResultNotStorableError": "django_workhorse.exceptions",
     "ScheduleDefinitionError": "django_workhorse.exceptions",
     "ScheduleNotFoundError": "django_workhorse.exceptions",
+    "StepNotSucceededError": "django_workhorse.exceptions",
     "TaskDefinitionError": "django_workhorse.exceptions",
     "WorkerThreadError": "django_workhorse.exceptions",
     "WorkflowConflictError": "django_workhorse.exceptions",
