@@ -10,6 +10,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.db import connection
 from django.utils import timezone
 
 from django_workhorse import (
@@ -20,7 +21,9 @@ from django_workhorse import (
     InvalidArgumentError,
     StepNotSucceededError,
     enqueue,
+    models,
     redrive,
+    sql,
 )
 from django_workhorse.enqueueing.fingerprints import derived_step_key, key_hash
 from django_workhorse.models import IdempotencyBinding, Job, JobStatus
@@ -237,3 +240,36 @@ def test_result_of_refuses_what_is_no_step_of_the_workflow():
             ctx.result_of(bad)  # type: ignore[arg-type]
     with pytest.raises(InvalidArgumentError, match="step.*this job is none"):
         context(claims[plain]).result_of("a")
+
+
+@pytest.mark.django_db
+def test_the_reads_go_through_the_edge_and_step_indexes_among_many_steps():
+    for n in range(5):  # 5,000 steps of other workflows
+        other = Workflow(f"other {n}")
+        other.add("root", step(queue="elsewhere"))
+        for m in range(998):
+            other.add(f"m{m}", step(), after="root")
+        other.add("sink", step(), after=[f"m{m}" for m in range(998)])
+        other.enqueue()
+    wf = Workflow("diamond")
+    wf.add("a", step())
+    wf.add("b", step(), after="a")
+    wf.add("c", step(), after="a")
+    wf.add("d", step(), after=["b", "c"])
+    result = wf.enqueue()
+    reads = {
+        "parents": (sql.steps.PARENT_RESULTS, {"job_id": result.jobs["d"]}),
+        "result": (sql.steps.STEP_RESULT, {"workflow_id": result.workflow_id, "step_name": "b"}),
+        "identity": (sql.steps.STEP_IDENTITY, {"job_id": result.jobs["d"]}),
+    }
+
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE workhorse_job; ANALYZE workhorse_job_dependency")
+        plans = {}
+        for name, (statement, params) in reads.items():
+            cursor.execute("EXPLAIN (COSTS OFF) " + statement, params)
+            plans[name] = "\n".join(line for (line,) in cursor.fetchall())
+
+    assert all("Seq Scan" not in plan for plan in plans.values()), plans
+    assert models.DEPENDENCY_CHILD_PARENT_UNIQ in plans["parents"], plans["parents"]
+    assert models.JOB_WORKFLOW_IDX in plans["parents"] and models.JOB_WORKFLOW_IDX in plans["result"], plans
