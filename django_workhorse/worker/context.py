@@ -79,7 +79,7 @@ class HandlerContext:
 
         A redriven job keeps the key of the job it was redriven from, since it recovers the
         same effect. A step of a keyed workflow has its step's key instead, derived from the
-        workflow's key and the step name (``"wf:<32 hex>"``, docs/workflows.md): the same for
+        workflow's key and the step name (``"wf:<32 hex>"``, docs/handlers.md): the same for
         every attempt, replay and redrive of the step, and for a later workflow under that key.
         """
         identity = self._step_identity
