@@ -34,6 +34,7 @@ from django_workhorse.exceptions import (
     ResultNotStorableError,
     ScheduleDefinitionError,
     ScheduleNotFoundError,
+    StepNotSucceededError,
     TaskDefinitionError,
     WorkerThreadError,
     WorkflowConflictError,
@@ -78,6 +79,9 @@ if TYPE_CHECKING:
     from django_workhorse.tasks.decorator import Task, task
     from django_workhorse.tasks.registry import register
     from django_workhorse.worker import HandlerContext
+    from django_workhorse.workflows.canvas import chain, chord, group
+    from django_workhorse.workflows.definition import Workflow
+    from django_workhorse.workflows.result import WorkflowResult
 
 try:
     __version__ = version("django-workhorse")
@@ -115,6 +119,11 @@ _LAZY = {
     "once": "django_workhorse.effects.ledger",
     "once_block": "django_workhorse.effects.ledger",
     "Operation": "django_workhorse.effects.ledger",
+    "Workflow": "django_workhorse.workflows.definition",
+    "WorkflowResult": "django_workhorse.workflows.result",
+    "chain": "django_workhorse.workflows.canvas",
+    "group": "django_workhorse.workflows.canvas",
+    "chord": "django_workhorse.workflows.canvas",
 }
 
 
@@ -171,14 +180,17 @@ __all__ = [
     "ScheduleDefinitionError",
     "ScheduleNotFoundError",
     "Snooze",
+    "StepNotSucceededError",
     "Task",
     "TaskDefinitionError",
     "Throttle",
     "Unique",
     "WorkerThreadError",
+    "Workflow",
     "WorkflowConflictError",
     "WorkflowDefinitionError",
     "WorkflowDoesNotExist",
+    "WorkflowResult",
     "WorkhorseBackendNotConfiguredError",
     "WorkhorseError",
     "__version__",
@@ -187,11 +199,14 @@ __all__ = [
     "aenqueue_with_result",
     "breaker_states",
     "cancel",
+    "chain",
+    "chord",
     "drain_queue",
     "enqueue",
     "enqueue_due_schedules",
     "enqueue_many",
     "enqueue_with_result",
+    "group",
     "once",
     "once_block",
     "pause_queue",

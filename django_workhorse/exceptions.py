@@ -131,6 +131,19 @@ class WorkflowDoesNotExist(WorkhorseError, ObjectDoesNotExist):  # noqa: N818 (D
     """No workflow has the given id."""
 
 
+class StepNotSucceededError(WorkhorseError):
+    """A workflow step's current job (its latest redrive, if any) has not succeeded: no result to read.
+
+    ``step`` names the step, ``status`` its current job's status and ``job_id`` that job.
+    """
+
+    def __init__(self, *, step: str, status: str, job_id: int) -> None:
+        self.step = step
+        self.status = status
+        self.job_id = job_id
+        super().__init__(f"step {step!r} has not succeeded: its current job {job_id} is {status}")
+
+
 def _short_repr(value: Any, limit: int = 80) -> str:
     try:
         text = repr(value)

@@ -40,6 +40,7 @@ PUBLIC = {
     "ResultNotStorableError": "django_workhorse.exceptions",
     "ScheduleDefinitionError": "django_workhorse.exceptions",
     "ScheduleNotFoundError": "django_workhorse.exceptions",
+    "StepNotSucceededError": "django_workhorse.exceptions",
     "TaskDefinitionError": "django_workhorse.exceptions",
     "WorkerThreadError": "django_workhorse.exceptions",
     "WorkflowConflictError": "django_workhorse.exceptions",
@@ -89,6 +90,12 @@ PUBLIC = {
     "pause_schedules": "django_workhorse.schedules.actions",
     "resume_schedules": "django_workhorse.schedules.actions",
     "run_schedule_now": "django_workhorse.schedules.actions",
+    # Workflows
+    "Workflow": "django_workhorse.workflows.definition",
+    "WorkflowResult": "django_workhorse.workflows.result",
+    "chain": "django_workhorse.workflows.canvas",
+    "group": "django_workhorse.workflows.canvas",
+    "chord": "django_workhorse.workflows.canvas",
     # Operations
     "cancel": "django_workhorse.operations.actions",
     "purge": "django_workhorse.operations.actions",

@@ -462,16 +462,6 @@ def test_a_payload_over_the_bound_is_refused_at_plan_under_the_setting_in_force(
     assert (error.step, error.field, error.bound) == ("big", "payload", "at most 64 bytes serialized")
 
 
-def test_workflow_is_not_public_before_its_steps_can_run():
-    # It enqueues; until the outcome that records a parent's success releases its children
-    # (decision 0022, increment 4), a step with parents would wait for ever.
-    import django_workhorse
-
-    assert "Workflow" not in django_workhorse.__all__
-    assert not hasattr(django_workhorse, "Workflow")
-    assert "WorkflowConflictError" in django_workhorse.__all__
-
-
 def test_the_error_is_an_invalid_argument_error():
     assert issubclass(WorkflowDefinitionError, InvalidArgumentError)
     assert issubclass(WorkflowDefinitionError, ValueError)

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 from django.db import connection
 
+from django_workhorse.exceptions import InvalidArgumentError, StepNotSucceededError
 from django_workhorse.tasks.decorator import task
 from django_workhorse.tasks.registry import register
 from django_workhorse.worker import HandlerContext, Worker, WorkerStats
@@ -216,6 +217,40 @@ def fail_when_cancelled(ctx: HandlerContext, payload: Any) -> None:
     while not ctx.cancelled and time.monotonic() < deadline:
         tick.wait(0.01)
     raise RuntimeError("failed after the cancellation request" if ctx.cancelled else "never cancelled")
+
+
+# -- workflow context handlers (tests/test_workflow_context.py, tests/test_workflow_canvas.py) -------
+
+
+def _read_step(ctx: HandlerContext, step: Any) -> dict[str, Any]:
+    try:
+        return {"result": ctx.result_of(step)}
+    except StepNotSucceededError as exc:
+        return {"not_succeeded": exc.status, "job_id": exc.job_id}
+    except InvalidArgumentError as exc:
+        return {"invalid": exc.field}
+
+
+@register("tests.wf.context")
+def workflow_context(ctx: HandlerContext, payload: dict[str, Any]) -> Any:
+    """Record what the context says of the step (and ``result_of`` each step named in
+    ``payload["read"]``); fail the attempts before ``payload["succeed_on"]`` (1: none) and every
+    attempt while ``payload["die"]``; return ``payload["result"]``."""
+    CALLS.add(
+        {
+            "job_id": ctx.job_id,
+            "attempt": ctx.attempt,
+            "key": ctx.idempotency_key,
+            "workflow_id": ctx.workflow_id,
+            "step": ctx.step_name,
+            "parents": ctx.parent_results,
+            "failed": ctx.failed_parents,
+            "read": {str(step): _read_step(ctx, step) for step in payload.get("read", ())},
+        }
+    )
+    if payload.get("die") or ctx.attempt < payload.get("succeed_on", 1):
+        raise RuntimeError(f"step {ctx.step_name} fails attempt {ctx.attempt}")
+    return payload.get("result")
 
 
 # -- handlers run by worker subprocesses ------------------------------------------------------------

@@ -51,8 +51,22 @@ def _framed(*parts: str) -> bytes:
 
 def derived_http_key(hashed: bytes, step: str) -> str:
     """Return a key derived from an HTTP record's hash for one job (``step``), revealing nothing of it."""
+    return _derived_from_hash("http:", hashed, step)
+
+
+def derived_step_key(hashed: bytes, step_name: str) -> str:
+    """Return the ``ctx.idempotency_key`` of step ``step_name`` of a workflow whose key hashed to ``hashed``.
+
+    ``"wf:" + sha256(key_hash + b"\\x1f" + utf8(step_name))``, first 32 hex characters (decision
+    0022 §3): the same for every attempt, replay and redrive of the step, and for a later workflow
+    under the same key; it reveals nothing of the key.
+    """
+    return _derived_from_hash("wf:", hashed, step_name)
+
+
+def _derived_from_hash(prefix: str, hashed: bytes, step: str) -> str:
     digest = hashlib.sha256(hashed + KEY_HASH_SEPARATOR.encode() + step.encode()).hexdigest()
-    return f"http:{digest[:DERIVED_KEY_HEX_CHARS]}"
+    return prefix + digest[:DERIVED_KEY_HEX_CHARS]
 
 
 def key_digest(hashed: bytes) -> str:

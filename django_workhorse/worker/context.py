@@ -2,26 +2,30 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import re
 import threading
 from collections.abc import Callable
 from datetime import datetime, timezone
-from typing import TypeVar
+from typing import Any, TypeVar
 
-from django_workhorse import sql
+from django_workhorse import conf, sql
 from django_workhorse.admission import recording as breakers
 from django_workhorse.admission.breakers import check_open_until
 from django_workhorse.conf import app_settings
+from django_workhorse.enqueueing.fingerprints import derived_step_key
 from django_workhorse.enqueueing.storable import check_json, check_text
 from django_workhorse.exceptions import (
     AttemptTimeoutError,
     BreakerValidationError,
     CheckpointNotStorableError,
     EffectValidationError,
+    InvalidArgumentError,
     JobCancelledError,
     LeaseLostError,
+    StepNotSucceededError,
 )
 
 T = TypeVar("T")
@@ -74,8 +78,13 @@ class HandlerContext:
         """A key every attempt of this job shares, and its redrives too: ``workhorse-job-<id>``.
 
         A redriven job keeps the key of the job it was redriven from, since it recovers the
-        same effect.
+        same effect. A step of a keyed workflow has its step's key instead, derived from the
+        workflow's key and the step name (``"wf:<32 hex>"``, docs/handlers.md): the same for
+        every attempt, replay and redrive of the step, and for a later workflow under that key.
         """
+        identity = self._step_identity
+        if identity is not None and identity.key_hash is not None:
+            return derived_step_key(identity.key_hash, identity.step_name)
         return f"workhorse-job-{self._job.root_id}"
 
     def idempotency_key_for(self, step: str = "") -> str:
@@ -102,6 +111,67 @@ class HandlerContext:
         protection. See docs/effects.md.
         """
         return {header: self.idempotency_key_for(step)}
+
+    @property
+    def workflow_id(self) -> int | None:
+        """The workflow this job is a step of; ``None`` for a plain job."""
+        return self._job.workflow_id
+
+    @property
+    def step_name(self) -> str | None:
+        """This job's step in its workflow (a redrive's copy keeps it); ``None`` for a plain job."""
+        identity = self._step_identity
+        return None if identity is None else identity.step_name
+
+    def result_of(self, step: str) -> Any:
+        """Return the result of step ``step`` of this job's workflow (any step, not only a parent).
+
+        Read from the step's current job (its latest redrive, if any) at each call. Raise
+        ``StepNotSucceededError`` if that job has not succeeded, and ``InvalidArgumentError``
+        naming ``step`` if this job's workflow has no such step, or this job is no workflow step.
+        """
+        workflow_id = self._job.workflow_id
+        if workflow_id is None:
+            raise InvalidArgumentError(
+                field="step", bound="a step of this job's workflow (this job is none)", value=step
+            )
+        check_text(step, "step", max_chars=conf.MAX_STEP_NAME_CHARS)
+        found = sql.steps.step_result(self._alias, workflow_id, step)
+        if found is None:
+            raise InvalidArgumentError(field="step", bound=f"the name of a step of workflow {workflow_id}", value=step)
+        if not found.succeeded:
+            raise StepNotSucceededError(step=step, status=found.status, job_id=found.job_id)
+        return found.result
+
+    @property
+    def parent_results(self) -> dict[str, Any]:
+        """``{step: result}`` of this step's parents that succeeded (``{}`` for a plain job).
+
+        A parent that died on an ``allow_failure`` edge is left out and named by
+        ``failed_parents``. Read once per attempt, with ``failed_parents``.
+        """
+        return dict(self._parents[0])
+
+    @property
+    def failed_parents(self) -> tuple[str, ...]:
+        """The names of this step's parents that died on an ``allow_failure`` edge, sorted."""
+        return self._parents[1]
+
+    @functools.cached_property
+    def _step_identity(self) -> sql.steps.StepIdentity | None:
+        # One query, on first use, and only for a job whose claim carried a workflow.
+        if self._job.workflow_id is None:
+            return None
+        return sql.steps.step_identity(self._alias, self._job.id)
+
+    @functools.cached_property
+    def _parents(self) -> tuple[dict[str, Any], tuple[str, ...]]:
+        if self._job.workflow_id is None:
+            return {}, ()
+        parents = sql.steps.parent_results(self._alias, self._job.id)
+        succeeded = {parent.step_name: parent.result for parent in parents if parent.succeeded}
+        failed = tuple(parent.step_name for parent in parents if not parent.succeeded and parent.tolerated_death)
+        return succeeded, failed
 
     @property
     def deadline(self) -> datetime | None:

@@ -148,8 +148,7 @@ class Workflow:
         a dependency on no step of the workflow, a cycle (naming the steps on it), or a step whose
         request enqueue would refuse (naming the step, with the field and bound of the enqueue error).
         """
-        if not self._steps:
-            raise WorkflowDefinitionError(field="steps", bound="at least 1 step", value="0 steps")
+        check_has_steps(len(self._steps))
         _check_step_count(len(self._steps), None)
         for name, added in self._steps.items():
             for parent in added.after:
@@ -210,6 +209,12 @@ class Workflow:
         cycle = walk[seen[name] :][::-1]  # a walk of parents runs backwards
         first = min(range(len(cycle)), key=lambda index: position[cycle[index]])
         return tuple(cycle[first:] + cycle[:first])
+
+
+def check_has_steps(count: int) -> None:
+    """Raise ``WorkflowDefinitionError`` for a workflow of no step."""
+    if not count:
+        raise WorkflowDefinitionError(field="steps", bound="at least 1 step", value="0 steps")
 
 
 def _check_idempotency(mode: Any) -> None:
