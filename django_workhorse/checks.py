@@ -58,6 +58,7 @@ DURATION_SETTINGS = {
     "JOB_RETENTION": "workhorse.E004",
     "MAINTENANCE_INTERVAL": "workhorse.E005",
     "WORKER_STALE_AFTER": "workhorse.E006",
+    "RESULT_RETENTION": "workhorse.E011",
 }
 
 
@@ -72,7 +73,7 @@ def _positive_durations() -> list[CheckMessage]:
 
 @register
 def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[CheckMessage]:
-    """WORKHORSE_* settings must have the right type and stay within bounds (workhorse.E002-E010, E201-E202,
+    """WORKHORSE_* settings must have the right type and stay within bounds (workhorse.E002-E011, E201-E202,
     E209, E301, E401, E402, E410-E411, E501)."""
     errors: list[CheckMessage] = []
     size = _configured("MAX_PAYLOAD_BYTES")

@@ -77,6 +77,8 @@ MIN_STORED_DATETIME = datetime(1, 1, 1, tzinfo=timezone.utc)
 MAX_STORED_DATETIME = datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=timezone.utc)
 DEFAULT_NOTIFY_CHANNEL = "workhorse"
 DEFAULT_JOB_RETENTION = timedelta(days=14)
+# How long a flagged (awaited), unread result outlives its job's retention at least (decision 0022 §5).
+DEFAULT_RESULT_RETENTION = timedelta(hours=24)
 DEFAULT_MAINTENANCE_INTERVAL = timedelta(minutes=1)
 DEFAULT_WORKER_STALE_AFTER = timedelta(minutes=5)
 # Periodic schedules: how many missed ticks catch_up="all" enqueues, and how often workers evaluate.
@@ -164,6 +166,11 @@ class WorkhorseSettings:
     )
     JOB_RETENTION = Setting(
         DEFAULT_JOB_RETENTION, "How long finished jobs (and their history) are kept before maintenance prunes them."
+    )
+    RESULT_RETENTION = Setting(
+        DEFAULT_RESULT_RETENTION,
+        "How long a result someone waits for, and has not read yet, is kept after its job finished, however short "
+        "JOB_RETENTION is (24 h).",
     )
     MAINTENANCE_INTERVAL = Setting(
         DEFAULT_MAINTENANCE_INTERVAL, "How often a worker tries to run maintenance (one worker at a time runs it)."

@@ -127,6 +127,7 @@ def test_manage_py_check_passes_for_default_database():
         ("WORKHORSE_JOB_RETENTION", "workhorse.E004"),
         ("WORKHORSE_MAINTENANCE_INTERVAL", "workhorse.E005"),
         ("WORKHORSE_WORKER_STALE_AFTER", "workhorse.E006"),
+        ("WORKHORSE_RESULT_RETENTION", "workhorse.E011"),
     ],
 )
 @pytest.mark.parametrize(
@@ -138,7 +139,13 @@ def test_check_settings_rejects_non_positive_durations(setting, check_id, value)
 
 
 @pytest.mark.parametrize(
-    "setting", ["WORKHORSE_JOB_RETENTION", "WORKHORSE_MAINTENANCE_INTERVAL", "WORKHORSE_WORKER_STALE_AFTER"]
+    "setting",
+    [
+        "WORKHORSE_JOB_RETENTION",
+        "WORKHORSE_MAINTENANCE_INTERVAL",
+        "WORKHORSE_WORKER_STALE_AFTER",
+        "WORKHORSE_RESULT_RETENTION",
+    ],
 )
 def test_check_settings_accepts_the_smallest_positive_duration(setting):
     with override_settings(**{setting: timedelta(microseconds=1)}):
@@ -226,6 +233,7 @@ def test_check_settings_rejects_a_prepared_statements_value_that_is_not_a_bool(p
         ("JOB_RETENTION", timedelta(0), "workhorse.E004"),
         ("MAINTENANCE_INTERVAL", timedelta(0), "workhorse.E005"),
         ("WORKER_STALE_AFTER", timedelta(0), "workhorse.E006"),
+        ("RESULT_RETENTION", timedelta(0), "workhorse.E011"),
         ("DEFAULT_CONCURRENCY_LIMIT", 0, "workhorse.E007"),
         ("CONCURRENCY_LIMITS", {"k": 0}, "workhorse.E008"),
         ("MAX_RESULT_BYTES", 0, "workhorse.E009"),

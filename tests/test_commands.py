@@ -186,6 +186,7 @@ def test_maintenance_reports_what_it_did():
         "Pruned 1 expired binding(s).\n"
         "Reclaimed 1 job(s) with expired leases.\n"
         "Pruned 1 finished job(s).\n"
+        "Pruned 0 finished workflow(s).\n"
         "Forgot 1 stale worker(s).\n"
         "Pruned 1 expired effect record(s).\n"
     )
@@ -193,6 +194,7 @@ def test_maintenance_reports_what_it_did():
         "Pruned 0 expired binding(s).\n"
         "Reclaimed 0 job(s) with expired leases.\n"
         "Pruned 0 finished job(s).\n"
+        "Pruned 0 finished workflow(s).\n"
         "Forgot 0 stale worker(s).\n"
         "Pruned 0 expired effect record(s).\n"
     )

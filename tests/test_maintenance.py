@@ -80,6 +80,7 @@ def test_maintenance_command_prunes_expired_bindings():
         "Pruned 1 expired binding(s).",
         "Reclaimed 0 job(s) with expired leases.",
         "Pruned 0 finished job(s).",
+        "Pruned 0 finished workflow(s).",
         "Forgot 0 stale worker(s).",
         "Pruned 0 expired effect record(s).",
     ]

@@ -462,6 +462,21 @@ def test_the_gauges_match_what_the_database_holds(scraper, gauges):
     assert gauge_values(samples, "workhorse_workers_alive") == {frozenset(): 1.0}
 
 
+def test_the_workflows_gauge_counts_workflows_by_state(scraper, gauges):
+    from django.utils import timezone
+
+    from tests.test_workflow_admin import workflows_in_each_state
+
+    expected = workflows_in_each_state(timezone.now())
+
+    samples = scraper.samples()
+
+    assert gauge_values(samples, "workhorse_workflows") == {labels(state=s): float(n) for s, n in expected.items()}
+    assert (
+        gauge_values(samples, "workhorse_jobs")[labels(queue="default", state="waiting")] == 9.0
+    )  # b, c, d of three diamonds
+
+
 def test_the_gauges_are_read_once_per_cache_period(scraper, gauges):
     from tests.factories import JobFactory
 

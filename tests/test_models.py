@@ -171,7 +171,9 @@ def test_purge_and_prune_delete_jobs_with_every_kind_of_child_row(status):
     if status == JobStatus.QUEUED:
         assert sql.housekeeping.purge_queued("default", queue=None, job_ids=[job.pk]) == 1
     else:
-        assert sql.housekeeping.prune_finished_jobs("default", before=timezone.now(), limit=10) == (1, None)
+        assert sql.housekeeping.prune_finished_jobs(
+            "default", before=timezone.now(), results_before=timezone.now(), limit=10
+        ) == (1, None)
     assert not Job.objects.filter(pk=job.pk).exists()
     assert children_of([job.pk]) == NO_CHILDREN
 

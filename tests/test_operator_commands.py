@@ -192,7 +192,7 @@ def test_status_json_matches_the_database(busy_queues):
     report = json.loads(out)
     assert set(report) == {
         "warnings", "queues", "paused_queues", "throughput", "workers", "schedules", "schedules_left_out", "scopes",
-        "breakers", "fair_queues", "rate_limits",
+        "breakers", "fair_queues", "rate_limits", "workflows",
     }  # fmt: skip
     assert report["paused_queues"] == []
     assert report["breakers"] == []
@@ -264,6 +264,10 @@ def test_status_prints_tables_with_the_same_numbers(busy_queues):
         "\n"
         "Throughput (last 60 min)\n"
         "7 finished: 3 succeeded, 4 failed (dead or cancelled); 0.12 jobs/min\n"
+        "\n"
+        "Workflows\n"  # the three waiting steps' workflows
+        "3 running, 0 blocked (a dead step holds the rest back); "
+        "finished in the last 60 min: 0 succeeded, 0 failed, 0 cancelled\n"
         "\n"
         "Workers\n"
         "name  host    pid  queues        last heartbeat  running jobs\n"

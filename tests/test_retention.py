@@ -36,7 +36,7 @@ def test_chunks_follow_finished_at_then_id_and_pass_kept_jobs_over_once():
     Job.objects.filter(pk=owner.pk).update(status=JobStatus.SUCCEEDED, finished_at=long_ago)
     before = datetime.now(timezone.utc)
 
-    deleted, cursor = sql.housekeeping.prune_finished_jobs("default", before=before, limit=3)
+    deleted, cursor = sql.housekeeping.prune_finished_jobs("default", before=before, results_before=before, limit=3)
     first_three = sorted([*(job.pk for job in tied), owner.pk])[:3]
     assert cursor == sql.housekeeping.PruneCursor(long_ago, first_three[-1])
     assert deleted == len([pk for pk in first_three if pk != owner.pk])

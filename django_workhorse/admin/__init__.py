@@ -1,5 +1,5 @@
 """The operator's Django admin: jobs, dead letters, idempotency bindings, the effect ledger, workers, schedules,
-queues and a dashboard.
+queues, workflows and a dashboard.
 
 Everything is read-only by hand. Changing actions (cancel, run now, redrive, purge, release) each
 need their own permission, are checked server-side, and record the acting user in the job's events
@@ -11,7 +11,7 @@ One module per subject:
   who acts and may act;
 - ``display``: how stored values show (JSON, error summaries, event details, job links);
 - ``confirmation``: the one preview page of the actions that ask for confirmation, and its request id;
-- ``jobs``, ``dead_letters``, ``bindings``, ``ledger``, ``workers``, ``schedules``, ``breakers``: one admin each,
+- ``jobs``, ``dead_letters``, ``bindings``, ``ledger``, ``workers``, ``schedules``, ``breakers``, ``workflows``: one admin each,
   with its filters and actions; ``queues``: the Queues page (pause and resume);
 - ``dashboard``: the dashboard page and the layout of its throughput chart; ``dashboard_entry`` its
   entry in the admin index and side bar.
@@ -33,6 +33,7 @@ from django_workhorse.models import (
     QueueState,
     ScheduleState,
     WorkerRecord,
+    Workflow,
 )
 
 from .bindings import BindingAdmin, FindKeyForm
@@ -45,6 +46,7 @@ from .ledger import LedgerAdmin
 from .queues import QueueAdmin
 from .schedules import ScheduleAdmin
 from .workers import WorkerAdmin
+from .workflows import WorkflowAdmin
 
 __all__ = [
     "JSON_DISPLAY_CHARS",
@@ -58,6 +60,7 @@ __all__ = [
     "QueueAdmin",
     "ScheduleAdmin",
     "WorkerAdmin",
+    "WorkflowAdmin",
 ]
 
 admin.site.register(Job, JobAdmin)
@@ -69,3 +72,4 @@ admin.site.register(WorkerRecord, WorkerAdmin)
 admin.site.register(ScheduleState, ScheduleAdmin)
 admin.site.register(QueueState, QueueAdmin)
 admin.site.register(Breaker, BreakerAdmin)
+admin.site.register(Workflow, WorkflowAdmin)

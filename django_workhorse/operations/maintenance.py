@@ -8,11 +8,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from django.db import DatabaseError, router
+from django.db import DatabaseError, router, transaction
 
 from django_workhorse import sql
 from django_workhorse.conf import app_settings
-from django_workhorse.models import EffectRecord, IdempotencyBinding, Job
+from django_workhorse.models import EffectRecord, IdempotencyBinding, Job, Workflow
 
 logger = logging.getLogger(__name__)
 PRUNE_CHUNK = 5000
@@ -31,6 +31,7 @@ class MaintenanceReport:
     expired_bindings: int = 0
     reclaimed_jobs: int = 0
     finished_jobs: int = 0
+    finished_workflows: int = 0
     stale_workers: int = 0
     expired_effects: int = 0
 
@@ -61,14 +62,50 @@ def prune_finished_jobs(
     last one stopped; a job locked by anyone else is skipped (pruned by a later run), never waited for.
     """
     alias = using or router.db_for_write(Job)
-    before = datetime.now(timezone.utc) - (app_settings.JOB_RETENTION if older_than is None else older_than)
+    before, results_before = _cut_offs(older_than)
     total = 0
     cursor: sql.housekeeping.PruneCursor | None = sql.housekeeping.PruneCursor()
     while cursor is not None:
-        deleted, cursor = sql.housekeeping.prune_finished_jobs(alias, before=before, limit=chunk, after=cursor)
+        deleted, cursor = sql.housekeeping.prune_finished_jobs(
+            alias, before=before, results_before=results_before, limit=chunk, after=cursor
+        )
         total += deleted
     logger.info("Pruned %s count=%s", "finished jobs", total)
     return total
+
+
+def prune_finished_workflows(
+    *, older_than: timedelta | None = None, using: str | None = None, chunk: int = PRUNE_CHUNK
+) -> int:
+    """Delete workflows whose every job finished more than ``older_than`` ago (WORKHORSE_JOB_RETENTION),
+    whole: the workflow row, its jobs, their edges and history.
+
+    A workflow is kept while any of its jobs is not finished, holds a result someone waits for and
+    has not read within WORKHORSE_RESULT_RETENTION, or is locked by anyone else, and while its key is
+    live. Chunks walk the workflow steps of workhorse_job_finished_idx as ``prune_finished_jobs``
+    does, each chunk its own transaction.
+    """
+    alias = using or router.db_for_write(Workflow)
+    before, results_before = _cut_offs(older_than)
+    total = 0
+    cursor: sql.housekeeping.PruneCursor | None = sql.housekeeping.PruneCursor()
+    while cursor is not None:
+        with transaction.atomic(using=alias):
+            locked, cursor = sql.housekeeping.lock_finished_workflows(
+                alias, before=before, results_before=results_before, limit=chunk, after=cursor
+            )
+            if locked:
+                total += sql.housekeeping.delete_finished_workflows(
+                    alias, workflow_ids=locked, before=before, results_before=results_before
+                )
+    logger.info("Pruned %s count=%s", "finished workflows", total)
+    return total
+
+
+def _cut_offs(older_than: timedelta | None) -> tuple[datetime, datetime]:
+    """Jobs finished before the first may go; flagged unread results finished before the second."""
+    now = datetime.now(timezone.utc)
+    return now - (app_settings.JOB_RETENTION if older_than is None else older_than), now - app_settings.RESULT_RETENTION
 
 
 def run_maintenance(*, using: str | None = None) -> MaintenanceReport:
@@ -87,6 +124,7 @@ def run_maintenance(*, using: str | None = None) -> MaintenanceReport:
         "expired_bindings": lambda: prune_expired_bindings(using=alias),
         "reclaimed_jobs": lambda: sql.outcomes.reclaim_expired(alias),
         "finished_jobs": lambda: prune_finished_jobs(using=alias),
+        "finished_workflows": lambda: prune_finished_workflows(using=alias),
         "stale_workers": lambda: sql.housekeeping.prune_stale_workers(alias, app_settings.WORKER_STALE_AFTER),
         "expired_effects": lambda: prune_expired_effects(using=alias),
     }

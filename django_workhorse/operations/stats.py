@@ -17,7 +17,10 @@ from django.utils import timezone
 
 from django_workhorse.conf import app_settings
 from django_workhorse.models import Breaker, BreakerState, IdempotencyBinding, Job, JobStatus, QueueState, WorkerRecord
+from django_workhorse.models.jobs import TERMINAL_STATUSES
+from django_workhorse.sql.workflow_control import workflow_states
 from django_workhorse.tasks.registry import get_handler, registered
+from django_workhorse.workflows.operations import workflow_status
 
 THROUGHPUT_MINUTES = 60
 # The states a queue's depth counts, as QueueDepth names them.
@@ -418,6 +421,50 @@ def live_bindings(
         .order_by("-live", "scope")[:limit]
     )
     return [ScopeBindings(row["scope"], row["live"]) for row in rows]
+
+
+@dataclass(frozen=True)
+class WorkflowCounts:
+    """Workflows by derived state (``workflows.operations.WorkflowStatus``): the live ones (a step
+    waiting, queued or running: running or blocked, or cancelled while a running step stops), and
+    those that finished within the last ``minutes`` (succeeded, failed or cancelled)."""
+
+    running: int = 0
+    blocked: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    cancelled: int = 0
+    minutes: int = THROUGHPUT_MINUTES
+
+    def __bool__(self) -> bool:
+        return any(getattr(self, state) for state in WORKFLOW_STATES)
+
+    def as_json(self) -> dict[str, object]:
+        """Return a JSON-ready dict: one count per state, and the window of the finished ones."""
+        return {**{state: getattr(self, state) for state in WORKFLOW_STATES}, "finished_window_minutes": self.minutes}
+
+
+WORKFLOW_STATES = ("running", "blocked", "succeeded", "failed", "cancelled")
+
+
+def workflow_counts(
+    *, using: str | None = None, now: datetime | None = None, minutes: int = THROUGHPUT_MINUTES
+) -> WorkflowCounts:
+    """Return how many workflows are in each state: the live ones, found through the partial indexes
+    of live work (waiting, ready and lease), and those whose last step finished within the last
+    ``minutes`` (the status command's throughput window; through the finished index). Each state is
+    derived from the steps' current jobs by one ``WORKFLOW_STATE`` query."""
+    alias = using or router.db_for_read(Job)
+    since = (now or timezone.now()) - timedelta(minutes=minutes)
+    steps = _jobs(alias).filter(workflow__isnull=False).order_by().values_list("workflow_id", flat=True)
+    live_branches = [steps.filter(status=status) for status in (JobStatus.WAITING, JobStatus.QUEUED, JobStatus.RUNNING)]
+    live = set(live_branches[0].union(*live_branches[1:]))
+    recent = set(steps.filter(status__in=TERMINAL_STATUSES, finished_at__gte=since).distinct()) - live
+    found = workflow_states(alias, [*live, *recent])
+    counts = dict.fromkeys(WORKFLOW_STATES, 0)
+    for steps_of in found.values():
+        counts[str(workflow_status(steps_of))] += 1
+    return WorkflowCounts(**counts, minutes=minutes)
 
 
 def _jobs(using: str | None) -> QuerySet[Job]:

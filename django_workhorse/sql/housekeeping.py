@@ -75,11 +75,13 @@ PRUNE_STALE_WORKERS = "DELETE FROM workhorse_worker WHERE heartbeat_at < clock_t
 # starts where the last one stopped instead of walking again over the index entries and heap rows
 # of the jobs it deleted (dead until vacuum), and a kept job (its key still live, or locked by
 # someone else) is passed over once, not read again by every later chunk. Those not locked by
-# anyone else are locked in id order (SKIP LOCKED): a prune never waits for a worker.
+# anyone else are locked in id order (SKIP LOCKED): a prune never waits for a worker. Workflow
+# steps are not candidates (a workflow is pruned whole: PRUNE_FINISHED_WORKFLOWS), and a flagged
+# result nobody has read yet (awaited) is kept until %(results_before)s (WORKHORSE_RESULT_RETENTION).
 PRUNE_FINISHED_JOBS = f"""
 WITH candidates AS MATERIALIZED (
     SELECT id, finished_at FROM workhorse_job
-    WHERE status IN {TERMINAL} AND finished_at < %(before)s
+    WHERE status IN {TERMINAL} AND finished_at < %(before)s AND workflow_id IS NULL
       AND finished_at >= %(after_at)s AND (finished_at > %(after_at)s OR id > %(after_id)s)
     ORDER BY finished_at, id
     LIMIT %(limit)s
@@ -87,6 +89,7 @@ WITH candidates AS MATERIALIZED (
 doomed AS MATERIALIZED (
     SELECT id FROM workhorse_job AS job
     WHERE id IN (SELECT id FROM candidates) AND status IN {TERMINAL}
+      AND NOT (job.awaited AND job.finished_at >= %(results_before)s)
       AND NOT EXISTS (
           SELECT 1 FROM workhorse_binding AS binding
           WHERE binding.job_id = job.id AND NOT ({FREE.format(now="statement_timestamp()")})
@@ -99,6 +102,65 @@ deleted AS (
 )
 SELECT (SELECT count(*) FROM deleted), last.finished_at, last.id, (SELECT count(*) FROM candidates)
 FROM (SELECT finished_at, id FROM candidates ORDER BY finished_at DESC, id DESC LIMIT 1) AS last
+"""
+
+# A workflow may go when every job of it (each step's lineage: the original and its redrives) is
+# terminal and finished before %(before)s, none holds a flagged result unread since
+# %(results_before)s, and no binding of it (its anchor's key) is still live. Over ``flow``.
+_WORKFLOW_DONE = f"""NOT EXISTS (
+        SELECT 1 FROM workhorse_job AS step
+        WHERE step.workflow_id = flow.id
+          AND NOT (step.status IN {TERMINAL} AND step.finished_at < %(before)s
+                   AND NOT (step.awaited AND step.finished_at >= %(results_before)s))
+    )
+    AND NOT EXISTS (
+        SELECT 1 FROM workhorse_job AS job JOIN workhorse_binding AS binding ON binding.job_id = job.id
+        WHERE job.workflow_id = flow.id AND NOT ({FREE.format(now="statement_timestamp()")})
+    )"""
+
+# lock_finished_workflows: the first half of pruning workflows, whole (their jobs, edges, events and
+# bindings go by ON DELETE CASCADE). The chunk is the next %(limit)s workflow steps of
+# workhorse_job_finished_idx after the cursor, as PRUNE_FINISHED_JOBS walks it; their workflows that
+# may go (_WORKFLOW_DONE, through workhorse_job_workflow_idx) are locked with every one of their jobs
+# (SKIP LOCKED, id order), and only those whose jobs were all locked are returned: a prune never
+# waits, and a workflow is deleted whole or not at all. Returns them and the cursor.
+LOCK_FINISHED_WORKFLOWS = f"""
+WITH candidates AS MATERIALIZED (
+    SELECT id, finished_at, workflow_id FROM workhorse_job
+    WHERE status IN {TERMINAL} AND finished_at < %(before)s AND workflow_id IS NOT NULL
+      AND finished_at >= %(after_at)s AND (finished_at > %(after_at)s OR id > %(after_id)s)
+    ORDER BY finished_at, id
+    LIMIT %(limit)s
+),
+done AS MATERIALIZED (
+    SELECT flow.id FROM workhorse_workflow AS flow
+    WHERE flow.id IN (SELECT workflow_id FROM candidates) AND {_WORKFLOW_DONE}
+    ORDER BY flow.id
+    FOR UPDATE OF flow SKIP LOCKED
+),
+locked AS MATERIALIZED (
+    SELECT job.id, job.workflow_id FROM workhorse_job AS job
+    WHERE job.workflow_id IN (SELECT id FROM done)
+    ORDER BY job.id
+    FOR UPDATE OF job SKIP LOCKED
+),
+whole AS (
+    SELECT done.id FROM done
+    WHERE (SELECT count(*) FROM locked WHERE locked.workflow_id = done.id)
+          = (SELECT count(*) FROM workhorse_job AS job WHERE job.workflow_id = done.id)
+)
+SELECT (SELECT coalesce(array_agg(id ORDER BY id), '{{}}') FROM whole), last.finished_at, last.id,
+       (SELECT count(*) FROM candidates)
+FROM (SELECT finished_at, id FROM candidates ORDER BY finished_at DESC, id DESC LIMIT 1) AS last
+"""
+
+# delete_finished_workflows: the second half, in the same transaction and a fresh snapshot: delete
+# the workflows LOCK_FINISHED_WORKFLOWS locked that still may go. A redrive committed between the
+# two statements is seen here (its new job is not finished) and keeps its workflow; a later one
+# waits for the locks, then finds no job to redrive.
+DELETE_FINISHED_WORKFLOWS = f"""
+DELETE FROM workhorse_workflow AS flow
+WHERE flow.id = ANY(%(workflow_ids)s::bigint[]) AND {_WORKFLOW_DONE}
 """
 
 
@@ -132,16 +194,60 @@ class PruneCursor:
 
 
 def prune_finished_jobs(
-    alias: str, *, before: datetime, limit: int, after: PruneCursor = PruneCursor()
+    alias: str,
+    *,
+    before: datetime,
+    results_before: datetime,
+    limit: int,
+    after: PruneCursor = PruneCursor(),
 ) -> tuple[int, PruneCursor | None]:
     """Run PRUNE_FINISHED_JOBS once; return how many jobs were deleted and the cursor of the next
     chunk (None when this chunk was the last: it had fewer than ``limit`` candidates)."""
-    params = {"before": before, "limit": limit, "after_at": after.finished_at, "after_id": after.id}
+    params = {
+        "before": before,
+        "results_before": results_before,
+        "limit": limit,
+        "after_at": after.finished_at,
+        "after_id": after.id,
+    }
     rows = execute(alias, PRUNE_FINISHED_JOBS, params)
     if not rows:
         return 0, None
     deleted, finished_at, last_id, candidates = rows[0]
     return int(deleted), (PruneCursor(finished_at, last_id) if candidates == limit else None)
+
+
+def lock_finished_workflows(
+    alias: str,
+    *,
+    before: datetime,
+    results_before: datetime,
+    limit: int,
+    after: PruneCursor = PruneCursor(),
+) -> tuple[list[int], PruneCursor | None]:
+    """Run LOCK_FINISHED_WORKFLOWS (in the caller's transaction); return the workflows locked whole
+    and the cursor of the next chunk (None when this chunk was the last)."""
+    params = {
+        "before": before,
+        "results_before": results_before,
+        "limit": limit,
+        "after_at": after.finished_at,
+        "after_id": after.id,
+    }
+    rows = execute(alias, LOCK_FINISHED_WORKFLOWS, params)
+    if not rows:
+        return [], None
+    workflow_ids, finished_at, last_id, candidates = rows[0]
+    return list(workflow_ids), (PruneCursor(finished_at, last_id) if candidates == limit else None)
+
+
+def delete_finished_workflows(
+    alias: str, *, workflow_ids: Sequence[int], before: datetime, results_before: datetime
+) -> int:
+    """Run DELETE_FINISHED_WORKFLOWS (after LOCK_FINISHED_WORKFLOWS, in its transaction); return how
+    many workflows were deleted."""
+    params = {"workflow_ids": list(workflow_ids), "before": before, "results_before": results_before}
+    return run(alias, DELETE_FINISHED_WORKFLOWS, params)
 
 
 def purge_queued(alias: str, *, queue: str | None, job_ids: Sequence[int] | None) -> int:

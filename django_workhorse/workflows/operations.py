@@ -15,6 +15,7 @@ from django.db import router, transaction
 from django_workhorse import sql
 from django_workhorse.enqueueing.storable import check_id, check_ids
 from django_workhorse.exceptions import WorkflowDoesNotExist
+from django_workhorse.models import Job, JobDependency
 from django_workhorse.models import Workflow as WorkflowRow
 from django_workhorse.operations.actions import check_requested_by
 from django_workhorse.sql.workflow_control import StepCounts
@@ -91,3 +92,46 @@ def cancel_workflow(workflow_id: int, *, requested_by: str = "", using: str | No
 
 def _alias(using: str | None) -> str:
     return using or router.db_for_write(WorkflowRow)
+
+
+@dataclass(frozen=True)
+class StepNode:
+    """A step of a drawn workflow: its name, its current job (the latest of its lineage) and that job's status."""
+
+    name: str
+    job_id: int
+    status: str
+
+
+@dataclass(frozen=True)
+class WorkflowGraph:
+    """A workflow's steps, in the order they were added, and its edges between steps as
+    (parent, child, allow_failure); redriven copies' edges are their steps'."""
+
+    steps: tuple[StepNode, ...]
+    edges: tuple[tuple[str, str, bool], ...]
+
+
+def workflow_graph(workflow_id: int, *, using: str | None = None) -> WorkflowGraph:
+    """The steps and edges of workflow ``workflow_id``, for drawing it (two queries, through
+    workhorse_job_workflow_idx and the edges' child index). Raise ``WorkflowDoesNotExist`` if it
+    has no step."""
+    check_id(workflow_id, "workflow_id")
+    alias = using or router.db_for_read(WorkflowRow)
+    jobs = Job.objects.using(alias).filter(workflow_id=workflow_id).order_by("id")
+    step_of: dict[int, str] = {}
+    current: dict[str, tuple[int, str]] = {}
+    for job_id, step, status in jobs.values_list("id", "step_name", "status"):
+        step_of[job_id] = step
+        current[step] = (job_id, status)  # ids ascend: the last one is the step's current job
+    if not current:
+        raise WorkflowDoesNotExist(f"no workflow has id {workflow_id}")
+    rows = JobDependency.objects.using(alias).filter(child__workflow_id=workflow_id)
+    edges: dict[tuple[str, str], bool] = {}
+    for parent_id, child_id, allow in rows.values_list("parent_id", "child_id", "allow_failure"):
+        pair = (step_of[parent_id], step_of[child_id])
+        edges[pair] = edges.get(pair, False) or allow
+    return WorkflowGraph(
+        tuple(StepNode(step, job_id, status) for step, (job_id, status) in current.items()),
+        tuple((parent, child, allow) for (parent, child), allow in sorted(edges.items())),
+    )

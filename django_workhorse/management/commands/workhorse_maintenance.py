@@ -11,7 +11,7 @@ from django_workhorse.operations.maintenance import run_maintenance
 
 class Command(BaseCommand):
     help = (
-        "Prune expired idempotency bindings, reclaim expired leases, prune finished jobs past "
+        "Prune expired idempotency bindings, reclaim expired leases, prune finished jobs and workflows past "
         "WORKHORSE_JOB_RETENTION and forget stale workers (workers run this on their own too)."
     )
 
@@ -28,5 +28,6 @@ class Command(BaseCommand):
         self.stdout.write(f"Pruned {report.expired_bindings} expired binding(s).")
         self.stdout.write(f"Reclaimed {report.reclaimed_jobs} job(s) with expired leases.")
         self.stdout.write(f"Pruned {report.finished_jobs} finished job(s).")
+        self.stdout.write(f"Pruned {report.finished_workflows} finished workflow(s).")
         self.stdout.write(f"Forgot {report.stale_workers} stale worker(s).")
         self.stdout.write(f"Pruned {report.expired_effects} expired effect record(s).")

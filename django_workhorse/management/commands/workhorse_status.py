@@ -1,6 +1,6 @@
 """``manage.py workhorse_status``: warnings (work no worker will run, paused queues with jobs, open
 circuit breakers), queue depths, paused queues, throughput, workers, schedules, circuit breakers, fair queues,
-rate limits (per limit and partition) and idempotency keys by scope, as tables or JSON.
+rate limits (per limit and partition), workflows by state and idempotency keys by scope, as tables or JSON.
 
 Names come from code, settings and the database (queues, job types, scopes, schedules, workers' hosts): every
 table cell goes through ``printable``, so a name cannot move the cursor or recolour the terminal.
@@ -35,6 +35,7 @@ from django_workhorse.operations.stats import (
     StatusWarning,
     Throughput,
     WorkerStatus,
+    WorkflowCounts,
     failing_jobs_by_queue,
     live_bindings,
     paused_queue_counts,
@@ -42,6 +43,7 @@ from django_workhorse.operations.stats import (
     status_warnings,
     throughput,
     workers,
+    workflow_counts,
 )
 from django_workhorse.schedules.evaluation import left_out_schedules
 from django_workhorse.schedules.overview import ScheduleOverview, overview
@@ -108,7 +110,7 @@ class Command(BaseCommand):
     help = (
         "Show warnings (ready jobs no live worker takes, job types no handler knows, queued jobs in paused "
         "queues, open circuit breakers), queue depths with the failing jobs (waiting for a retry) and the oldest "
-        "ready job's age, the paused queues, throughput over the last hour, the workers, the schedules, the "
+        "ready job's age, the paused queues, throughput over the last hour, workflows by state, the workers, the schedules, the "
         "circuit breakers, the rate limits' budgets and, per idempotency scope, the live bindings and what the keys saved."
     )
 
@@ -141,6 +143,7 @@ class Command(BaseCommand):
         depths = queue_depths(using=database, now=now)
         failing = failing_jobs_by_queue(using=database)
         finished = throughput(using=database, now=now)
+        flows = workflow_counts(using=database, now=now)
         registered = workers(using=database)
         schedules = overview(using=database, now=now)
         breakers = breaker_states(using=database, now=now)
@@ -156,7 +159,7 @@ class Command(BaseCommand):
         if as_json:
             self._write_json(
                 warnings, depths, paused, failing, finished, registered, schedules, left_out, scopes, now, breakers,
-                fair, budgets,
+                fair, budgets, flows,
             )  # fmt: skip
             return
         self._write_warnings(warnings)
@@ -168,6 +171,9 @@ class Command(BaseCommand):
             self.stdout.write("")
         self._write_throughput(finished)
         self.stdout.write("")
+        if flows:  # only for projects that run workflows
+            self._write_workflows(flows)
+            self.stdout.write("")
         self._write_workers(registered, now)
         self.stdout.write("")
         self._write_schedules(schedules, left_out)
@@ -197,6 +203,7 @@ class Command(BaseCommand):
         breakers: list[BreakerStatus],
         fair: list[FairQueueStatus],
         budgets: list[Budget],
+        flows: WorkflowCounts,
     ) -> None:
         report = {
             "warnings": [warning.as_json() for warning in warnings],
@@ -216,6 +223,7 @@ class Command(BaseCommand):
             "breakers": [breaker.as_json() for breaker in breakers],
             "fair_queues": [queue.as_json() for queue in fair],
             "rate_limits": [budget.as_json() for budget in budgets],
+            "workflows": flows.as_json(),
         }
         self.stdout.write(json.dumps(report, indent=2))
 
@@ -289,6 +297,14 @@ class Command(BaseCommand):
         self.stdout.write(
             f"{finished.total} finished: {succeeded} succeeded, {failed} failed (dead or cancelled); "
             f"{finished.total / minutes:.2f} jobs/min"
+        )
+
+    def _write_workflows(self, flows: WorkflowCounts) -> None:
+        self.stdout.write("Workflows")
+        self.stdout.write(
+            f"{flows.running} running, {flows.blocked} blocked (a dead step holds the rest back); "
+            f"finished in the last {flows.minutes} min: {flows.succeeded} succeeded, {flows.failed} failed, "
+            f"{flows.cancelled} cancelled"
         )
 
     def _write_workers(self, registered: list[WorkerStatus], now: datetime) -> None:

@@ -1,6 +1,6 @@
 """Gauges read from PostgreSQL when the metrics are scraped: queue depths, the oldest ready job's
 age, live workers, paused queues, circuit breakers' states and held jobs, fair queues' keys with ready
-work, rate limits' budgets. The numbers are ``stats.queue_depths()``'s (those of the dashboard and
+work, rate limits' budgets, workflows by state. The numbers are ``stats.queue_depths()``'s (those of the dashboard and
 ``workhorse_status``), read at most once per ``ttl`` seconds, so scrapes from several Prometheus
 servers cost one set of queries.
 """
@@ -95,7 +95,20 @@ def _read() -> list[Metric]:
     )
     for fair_queue in fair_queue_states(now=now):
         keys.add_metric([fair_queue.queue], fair_queue.keys_with_ready_work)
-    return [jobs, oldest, workers, paused, *_breaker_gauges(now), keys, *_rate_limit_gauges()]
+    return [jobs, oldest, workers, paused, *_breaker_gauges(now), keys, *_rate_limit_gauges(), _workflow_gauge(now)]
+
+
+def _workflow_gauge(now: datetime) -> Metric:
+    counts = stats.workflow_counts(now=now)
+    flows = GaugeMetricFamily(
+        "workhorse_workflows",
+        f"Workflows by state: live ones (running, blocked), and those that finished within the last "
+        f"{counts.minutes} min (succeeded, failed, cancelled; a live one whose cancel is under way too).",
+        labels=["state"],
+    )
+    for state in stats.WORKFLOW_STATES:
+        flows.add_metric([state], getattr(counts, state))
+    return flows
 
 
 def _breaker_gauges(now: datetime) -> list[Metric]:
