@@ -119,6 +119,47 @@ def test_a_double_click_racing_itself_places_one_order(client):
     assert len(jobs("shop.send_confirmation")) == 1
 
 
+def test_fulfilling_an_order_twice_makes_one_workflow_that_runs_in_order_and_charges_once(client):
+    response = client.post(reverse("orders"), order_form(client))
+    order = Order.objects.get()
+    fulfil = reverse("fulfil-order", args=[order.pk])
+
+    first = client.post(fulfil)
+    second = client.post(fulfil)
+
+    detail = reverse("order-detail", args=[order.pk])
+    assert (first["Location"], second["Location"]) == (f"{detail}?fulfilment=accepted", f"{detail}?fulfilment=replayed")
+    order.refresh_from_db()
+    steps = {job.step_name: job for job in Job.objects.filter(workflow_id=order.fulfilment_workflow_id)}
+    assert {name: job.status for name, job in steps.items()} == {
+        "charge": JobStatus.QUEUED, "pack": JobStatus.WAITING, "mail": JobStatus.WAITING, "close": JobStatus.WAITING
+    }  # fmt: skip
+    waiting = client.get(second["Location"])
+    assert waiting.context["fulfilment"]["state"] == "running"
+    assert f'href="/admin/workhorse/workflow/{order.fulfilment_workflow_id}/change/"' in waiting.content.decode()
+
+    assert run_worker().finished == {"succeeded": 5}  # the confirmation and the four steps
+    order.refresh_from_db()
+    [charge] = ProviderCharge.objects.filter(reference=f"order-{order.pk}")
+    assert (order.charge_id, charge.amount_cents, charge.request_count) == (charge.charge_id, 2 * 1200, 1)
+    assert charge.idempotency_key.startswith("wf:")  # the step's key, derived from the workflow's
+    started = {job.step_name: Job.objects.get(pk=job.pk).started_at for job in steps.values()}
+    assert (
+        started["charge"]
+        < min(started["pack"], started["mail"])
+        <= max(started["pack"], started["mail"])
+        < started["close"]
+    )
+    assert order.packed_at and order.receipt_sent_at and order.closed_at
+    results = {job.step_name: job.result for job in Job.objects.filter(workflow_id=order.fulfilment_workflow_id)}
+    assert results["mail"] == {"charge_id": charge.charge_id}
+    assert results["close"] == {"order_id": order.pk, "after": ["mail", "pack"]}
+    done = client.get(reverse("order-detail", args=[order.pk]))
+    assert done.context["fulfilment"]["state"] == "succeeded"
+    assert [job.step_name for job in done.context["fulfilment"]["steps"]] == ["charge", "pack", "mail", "close"]
+    assert response.status_code == 302
+
+
 # -- webhook receiver: one job per delivery id ----------------------------------------------------
 
 

@@ -24,7 +24,6 @@ from django_workhorse.workflows.operations import (
 from tests.conftest import race
 from tests.worker_tasks import CALLS, make_worker, run_worker, running, wait_for
 
-
 # A running handler learns of a cancellation request at its worker's heartbeat, every third of the
 # lease: a 3 s lease has it within a second, well inside wait_for's deadline (the default lease,
 # 30 s, would take up to 10 s).

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from django.db import models
 
+UNIT_PRICE_CENTS = 1200
+
 
 class Order(models.Model):
     """An order, placed at most once per rendered order form (``placement_token``)."""
@@ -13,12 +15,23 @@ class Order(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     placement_token = models.UUIDField(unique=True, editable=False)
     confirmation_job_id = models.BigIntegerField(null=True, blank=True, editable=False)
+    # Fulfilment, a workflow of four steps: charge, then pack and mail the receipt, then close.
+    fulfilment_workflow_id = models.BigIntegerField(null=True, blank=True, editable=False)
+    charge_id = models.CharField(max_length=40, blank=True, help_text="The provider's charge for this order.")
+    packed_at = models.DateTimeField(null=True, blank=True)
+    receipt_sent_at = models.DateTimeField(null=True, blank=True)
+    closed_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at"]
 
     def __str__(self) -> str:
         return f"Order #{self.pk}: {self.quantity} × {self.product}"
+
+    @property
+    def amount_cents(self) -> int:
+        """What fulfilment charges: every product of the demo costs 12.00."""
+        return self.quantity * UNIT_PRICE_CENTS
 
 
 class WebhookDelivery(models.Model):

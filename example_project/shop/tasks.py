@@ -16,7 +16,7 @@ from django.db import models, transaction
 from django.utils import timezone
 
 from django_workhorse import HandlerContext, register
-from example_project.shop.models import Digest, Invoice, Product, WebhookDelivery
+from example_project.shop.models import Digest, Invoice, Order, Product, WebhookDelivery
 from example_project.shop.payments import provider
 
 logger = logging.getLogger(__name__)
@@ -133,3 +133,39 @@ def refund_order(ctx: HandlerContext, payload: dict[str, int]) -> dict[str, int]
     """Pretend to refund an order (the conflict demo only needs the job to exist)."""
     logger.info("Refunding %s cents on order %s", payload["amount_cents"], payload["order_id"])
     return payload
+
+
+# -- order fulfilment, a workflow (example_project/shop/fulfilment.py) ----------------------------
+
+
+@register("shop.charge_order")
+def charge_order(ctx: HandlerContext, payload: dict[str, int]) -> dict[str, Any]:
+    """Charge the order once: the provider gets the step's key, the same on every attempt."""
+    order = Order.objects.get(pk=payload["order_id"])
+    charge = provider.charge(order.amount_cents, idempotency_key=ctx.idempotency_key, reference=f"order-{order.pk}")
+    Order.objects.filter(pk=order.pk, charge_id="").update(charge_id=charge.charge_id)
+    logger.info("Order %s: charge %s (Idempotency-Key %s)", order.pk, charge.charge_id, ctx.idempotency_key)
+    return {"charge_id": charge.charge_id, "amount_cents": order.amount_cents}
+
+
+@register("shop.pack_order")
+def pack_order(ctx: HandlerContext, payload: dict[str, int]) -> dict[str, int]:
+    """Pretend to pack the parcel; runs only after the charge succeeded."""
+    Order.objects.filter(pk=payload["order_id"], packed_at=None).update(packed_at=timezone.now())
+    return {"order_id": payload["order_id"]}
+
+
+@register("shop.mail_receipt")
+def mail_receipt(ctx: HandlerContext, payload: dict[str, int]) -> dict[str, str]:
+    """Pretend to mail the receipt, naming the charge that the ``charge`` step returned."""
+    charge_id = ctx.result_of("charge")["charge_id"]
+    logger.info("Mailing the receipt of order %s for charge %s", payload["order_id"], charge_id)
+    Order.objects.filter(pk=payload["order_id"], receipt_sent_at=None).update(receipt_sent_at=timezone.now())
+    return {"charge_id": charge_id}
+
+
+@register("shop.close_order")
+def close_order(ctx: HandlerContext, payload: dict[str, int]) -> dict[str, Any]:
+    """Close the order once the parcel is packed and the receipt mailed (its two parents)."""
+    Order.objects.filter(pk=payload["order_id"], closed_at=None).update(closed_at=timezone.now())
+    return {"order_id": payload["order_id"], "after": sorted(ctx.parent_results)}

@@ -10,6 +10,7 @@ urlpatterns = [
     path("", views.home, name="home"),
     path("orders/", views.orders, name="orders"),
     path("orders/<int:order_id>/", views.order_detail, name="order-detail"),
+    path("orders/<int:order_id>/fulfil/", views.fulfil_order, name="fulfil-order"),
     path("webhooks/", views.webhooks, name="webhooks"),
     path("webhooks/provider/", views.provider_webhook, name="provider-webhook"),
     path("invoices/", views.invoices, name="invoices"),

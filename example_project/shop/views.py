@@ -38,6 +38,7 @@ from django_workhorse import (
 )
 from django_workhorse.enqueueing.storable import check_json
 from django_workhorse.models import Job
+from django_workhorse.workflows.operations import workflow_state
 from example_project.shop.forms import (
     DELIVERY_ID_PATTERN,
     CaptureForm,
@@ -48,6 +49,7 @@ from example_project.shop.forms import (
     RefundForm,
     WebhookDemoForm,
 )
+from example_project.shop.fulfilment import fulfilment
 from example_project.shop.models import Digest, Invoice, Order, Product, ProviderCharge, WebhookDelivery
 
 SEARCH_INDEX_WINDOW = timedelta(seconds=5)
@@ -55,6 +57,7 @@ DIGEST_WINDOW = timedelta(minutes=1)
 WEBHOOK_KEY_TTL = timedelta(days=3)  # longer than the provider's redelivery horizon
 DELIVERY_ID = re.compile(DELIVERY_ID_PATTERN)  # always fullmatch()
 MAX_WEBHOOK_BODY_BYTES = 64 * 1024
+FULFILMENT_STEPS = ("charge", "pack", "mail", "close")  # in the order the page lists them
 # The outcomes an idempotent enqueue can have, as carried in a redirect's ?outcome=.
 IDEMPOTENT_OUTCOMES = {EnqueueOutcome.ACCEPTED.value, EnqueueOutcome.REPLAYED.value}
 
@@ -149,7 +152,7 @@ def _orders_page(request: HttpRequest, form: OrderForm, status: int = 200) -> Ht
 
 @require_GET
 def order_detail(request: HttpRequest, order_id: int) -> HttpResponse:
-    """An order, its confirmation job, and what the request that led here did."""
+    """An order, its confirmation job, its fulfilment, and what the request that led here did."""
     order = get_object_or_404(Order, pk=order_id)
     outcome = request.GET.get("outcome")
     first = request.GET.get("first")
@@ -159,8 +162,40 @@ def order_detail(request: HttpRequest, order_id: int) -> HttpResponse:
         if first in IDEMPOTENT_OUTCOMES:
             first_result = describe(EnqueueResult(order.confirmation_job_id, EnqueueOutcome(first)))
     job = jobs_by_id([order.confirmation_job_id]).get(order.confirmation_job_id or 0)
-    context = {"order": order, "result": result, "first_result": first_result, "job": job}
+    context = {
+        "order": order,
+        "result": result,
+        "first_result": first_result,
+        "job": job,
+        "fulfilment": _fulfilment(order, request.GET.get("fulfilment")),
+    }
     return render(request, "shop/order_detail.html", context)
+
+
+def _fulfilment(order: Order, outcome: str | None) -> dict[str, Any] | None:
+    """What the order page shows of its fulfilment workflow: its state and each step's job."""
+    if order.fulfilment_workflow_id is None:
+        return None
+    workflow_id = order.fulfilment_workflow_id
+    # A step's current job is the newest of its lineage (a redrive's copy, if any).
+    steps = {job.step_name: job for job in Job.objects.filter(workflow_id=workflow_id).order_by("id")}
+    return {
+        "workflow_id": workflow_id,
+        "state": workflow_state(workflow_id).status.value,
+        "steps": [steps[name] for name in FULFILMENT_STEPS if name in steps],
+        "outcome": outcome if outcome in IDEMPOTENT_OUTCOMES else None,
+    }
+
+
+@require_POST
+def fulfil_order(request: HttpRequest, order_id: int) -> HttpResponse:
+    """Enqueue the order's fulfilment workflow, once per order however often this is posted."""
+    order = get_object_or_404(Order, pk=order_id)
+    with transaction.atomic():
+        result = fulfilment(order.pk).enqueue()
+        Order.objects.filter(pk=order.pk).update(fulfilment_workflow_id=result.workflow_id)
+    query = urlencode({"fulfilment": result.outcome.value})
+    return redirect(f"{reverse('order-detail', args=[order.pk])}?{query}")
 
 
 # -- webhook receiver: one job per delivery id ----------------------------------------------------
