@@ -425,8 +425,11 @@ LAYOUT_PAGES = (
     (None, "/admin/workhorse/schedulestate/{schedule}/change/"),
     (None, "/admin/workhorse/breaker/"),
     (None, "/admin/workhorse/breaker/{breaker}/change/"),
+    ("admin-workflows.png", "/admin/workhorse/workflow/"),
+    ("admin-workflow.png", "/admin/workhorse/workflow/{workflow}/change/"),
     (None, "/admin/"),
 )
+FULL_PAGE_SHOTS = ("admin-job.png", "admin-workflow.png")  # pages whose lower half the docs show
 # Whatever is wider than the box it sits in: the results table (its box scrolls instead of showing
 # every column), any table in the page's main content, or the page itself. <pre> blocks scroll on purpose.
 OVERFLOWS = """() => {
@@ -455,6 +458,32 @@ def nightly_report(payload: Any) -> Any:
 class Crowd:
     failing: Job  # waiting for its next attempt, after a long error
     schedule: int  # a schedule's id
+    workflow: int  # a wide workflow, its first step dead
+
+
+def wide_workflow() -> int:
+    """A keyed fulfilment workflow with long step names, a fan-out of 12 and a dead first step."""
+    from django_workhorse import EnqueueRequest
+    from django_workhorse.workflows import Workflow
+
+    wf = Workflow(
+        "fulfil order ORD-58213 for customer-portal.example.com",
+        idempotency=Idempotency("fulfil:ORD-58213", scope="shop.fulfilment.orders-from-customer-portal"),
+    )
+    charge = wf.add("charge the card at stripe (payment intent)", EnqueueRequest(LONG_TYPES[0], {"order": 58213}))
+    middle = [
+        wf.add(
+            f"pack parcel {n} at warehouse eu-central-{n}", EnqueueRequest(LONG_TYPES[1], {"parcel": n}), after=[charge]
+        )
+        for n in range(12)
+    ]
+    wf.add("mail the receipt", EnqueueRequest(LONG_TYPES[1], {"order": 58213}), after=[charge], allow_failure=True)
+    wf.add("close the order and notify the customer", EnqueueRequest(LONG_TYPES[0], {"order": 58213}), after=middle)
+    result = wf.enqueue()
+    Job.objects.filter(pk=result.jobs["charge the card at stripe (payment intent)"]).update(
+        status=JobStatus.DEAD, attempt=8, last_error=LAST_ERROR.format(LONG_ERROR), finished_at=timezone.now()
+    )
+    return result.workflow_id
 
 
 def breaker(now: datetime) -> str:
@@ -557,7 +586,8 @@ def crowd(now: datetime) -> Crowd:
     enqueue_due_schedules(now)
     failing = Job.objects.filter(status=JobStatus.QUEUED, attempt__gt=0, job_type=LONG_TYPES[0]).order_by("id").first()
     assert failing is not None
-    return Crowd(failing=failing, schedule=ScheduleState.objects.order_by("name").values_list("pk", flat=True)[0])
+    schedule = ScheduleState.objects.order_by("name").values_list("pk", flat=True)[0]
+    return Crowd(failing=failing, schedule=schedule, workflow=wide_workflow())
 
 
 def test_every_page_fits_1280_pixels_with_the_side_bar_open(live_server, django_user_model, settings, tmp_path):
@@ -569,7 +599,13 @@ def test_every_page_fits_1280_pixels_with_the_side_bar_open(live_server, django_
     extra = crowd(now)
     user = django_user_model.objects.create_user(USERNAME, password=PASSWORD, is_staff=True)
     user.user_permissions.add(*Permission.objects.filter(content_type__app_label="workhorse"))
-    ids = {"job": showcase.job.pk, "failing": extra.failing.pk, "schedule": extra.schedule, "breaker": breaker(now)}
+    ids = {
+        "job": showcase.job.pk,
+        "failing": extra.failing.pk,
+        "schedule": extra.schedule,
+        "breaker": breaker(now),
+        "workflow": extra.workflow,
+    }
     shots = tmp_path / "screenshots"
     seen = {}
 
@@ -593,7 +629,7 @@ def test_every_page_fits_1280_pixels_with_the_side_bar_open(live_server, django_
                         assert page.locator("#nav-sidebar").is_visible(), path
                     seen[path] = page.evaluate(OVERFLOWS)
                     if shot is not None:
-                        page.screenshot(path=shots / shot, full_page=shot == "admin-job.png")
+                        page.screenshot(path=shots / shot, full_page=shot in FULL_PAGE_SHOTS)
             finally:
                 context.close()
         finally:

@@ -23,7 +23,7 @@ from django_workhorse.admin.workflows import redrive_request_id
 from django_workhorse.models import Job, JobEvent, Redrive
 from django_workhorse.operations import stats
 from django_workhorse.workflows import Workflow
-from django_workhorse.workflows.layout import BOX_HEIGHT, layers, layout
+from django_workhorse.workflows.layout import BOX_WIDTH, layers, layout
 from django_workhorse.workflows.operations import WorkflowStatus, workflow_state
 from tests.test_admin import action_choices, body, change_url, login, messages_of, post_action, result_ids
 from tests.worker_tasks import run_worker
@@ -91,17 +91,17 @@ def test_each_layer_is_ordered_by_its_parents_mean_position():
     assert layers(given, edges) == [["x", "y"], ["of_x", "both", "of_y"]]
 
 
-def test_the_layout_puts_a_layer_on_one_row_centred_and_draws_each_edge_from_bottom_to_top():
+def test_the_layout_puts_a_layer_in_one_column_centred_and_draws_each_edge_from_left_to_right():
     drawn = layout(["a", "b", "c", "d"], [("a", "b", False), ("a", "c", False), ("b", "d", True), ("c", "d", True)])
     boxes = {box.step: box for box in drawn.boxes}
 
-    assert boxes["b"].y == boxes["c"].y > boxes["a"].y and boxes["d"].y > boxes["b"].y
-    assert boxes["b"].x < boxes["c"].x and boxes["a"].center_x == boxes["d"].center_x == drawn.width // 2
+    assert boxes["b"].x == boxes["c"].x > boxes["a"].x and boxes["d"].x > boxes["b"].x
+    assert boxes["b"].y < boxes["c"].y and boxes["a"].center_y == boxes["d"].center_y == drawn.height // 2
     assert all(box.x >= 0 and box.x + box.width <= drawn.width and box.y + box.height <= drawn.height
                for box in drawn.boxes)  # fmt: skip
     arrow = next(a for a in drawn.arrows if (a.parent, a.child) == ("b", "d"))
-    assert (arrow.x1, arrow.y1, arrow.x2, arrow.y2) == (boxes["b"].center_x, boxes["b"].y + BOX_HEIGHT,
-                                                        boxes["d"].center_x, boxes["d"].y)  # fmt: skip
+    assert (arrow.x1, arrow.y1, arrow.x2, arrow.y2) == (boxes["b"].x + BOX_WIDTH, boxes["b"].center_y,
+                                                        boxes["d"].x, boxes["d"].center_y)  # fmt: skip
     assert arrow.allow_failure and arrow.path.startswith(f"M {arrow.x1} {arrow.y1} C ")
 
 
@@ -217,7 +217,7 @@ def test_a_long_step_name_is_cut_in_its_box_and_whole_in_its_hover_text(client, 
     page = unescape(body(client.get(change_url(WORKFLOWS, workflow_id))))
 
     assert f"<title>{long_name}: queued" in page
-    assert re.search(r'class="workhorse-step-label"[^>]*>charge_the_customer_a…</text>', page)
+    assert re.search(r'class="workhorse-step-label"[^>]*>charge_the_customer_and_r…</text>', page)
 
 
 # -- actions -----------------------------------------------------------------------------------------

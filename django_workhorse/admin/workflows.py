@@ -36,7 +36,7 @@ from .display import cut, instant_cell, instant_field, stacked
 
 LIVE_STATUSES = (JobStatus.WAITING, JobStatus.QUEUED, JobStatus.RUNNING)
 # A box shows this much of its step's name; the whole name is its hover text.
-BOX_LABEL_CHARS = 22
+BOX_LABEL_CHARS = 26
 
 
 class LiveFilter(YesNoFilter):

@@ -1,9 +1,12 @@
 """Where the admin draws a workflow's steps (decision 0022 §6): pure functions, no database.
 
-Steps go in layers by their longest path from the sources (a step sits one layer below its lowest
-parent), top to bottom; each layer is ordered once, by its parents' mean position in the layers
-above (ties keep the order the steps were given in). The result is boxes and edges in pixels, for
-an SVG drawn from a template.
+Steps go in layers by their longest path from the sources (a step sits one layer after its latest
+parent), drawn left to right, a layer a column; each layer is ordered once, top to bottom, by its
+parents' mean position in the layers before it (ties keep the order the steps were given in). The
+result is boxes and edges in pixels, for an SVG drawn from a template.
+
+Left to right because wide graphs are the common large ones (a group or chord of many steps): a
+fan-out of a hundred is a column the page scrolls down, and its source and sink stay in view.
 """
 
 from __future__ import annotations
@@ -12,10 +15,10 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-BOX_WIDTH = 168
+BOX_WIDTH = 200
 BOX_HEIGHT = 44
-GAP_X = 24
-GAP_Y = 48
+GAP_X = 64  # between layers (columns): room for the arrows' curves
+GAP_Y = 12  # between the steps of one layer
 MARGIN = 8
 
 
@@ -32,13 +35,13 @@ class Box:
     height: int = BOX_HEIGHT
 
     @property
-    def center_x(self) -> int:
-        return self.x + self.width // 2
+    def center_y(self) -> int:
+        return self.y + self.height // 2
 
 
 @dataclass(frozen=True)
 class Arrow:
-    """An edge from ``parent``'s bottom to ``child``'s top; dashed when the parent's death satisfies it."""
+    """An edge from ``parent``'s right side to ``child``'s left; dashed when the parent's death satisfies it."""
 
     parent: str
     child: str
@@ -50,9 +53,9 @@ class Arrow:
 
     @property
     def path(self) -> str:
-        """An SVG path: a curve leaving the parent downwards and reaching the child from above."""
-        bend = (self.y2 - self.y1) // 2
-        return f"M {self.x1} {self.y1} C {self.x1} {self.y1 + bend} {self.x2} {self.y2 - bend} {self.x2} {self.y2}"
+        """An SVG path: a curve leaving the parent rightwards and reaching the child from the left."""
+        bend = (self.x2 - self.x1) // 2
+        return f"M {self.x1} {self.y1} C {self.x1 + bend} {self.y1} {self.x2 - bend} {self.y2} {self.x2} {self.y2}"
 
 
 @dataclass(frozen=True)
@@ -86,33 +89,33 @@ def layers(steps: Sequence[str], edges: Iterable[tuple[str, str]]) -> list[list[
 
 
 def layout(steps: Sequence[str], edges: Iterable[tuple[str, str, bool]]) -> Layout:
-    """Boxes and arrows for ``steps`` and their (parent, child, allow_failure) ``edges``, each layer
-    centred under the widest one."""
+    """Boxes and arrows for ``steps`` and their (parent, child, allow_failure) ``edges``: a layer a
+    column, each centred beside the tallest one."""
     edges = list(edges)
-    rows = layers(steps, ((parent, child) for parent, child, _ in edges))
-    widest = max((len(row) for row in rows), default=0)
-    width = 2 * MARGIN + widest * BOX_WIDTH + max(widest - 1, 0) * GAP_X
+    columns = layers(steps, ((parent, child) for parent, child, _ in edges))
+    tallest = max((len(column) for column in columns), default=0)
+    height = 2 * MARGIN + tallest * BOX_HEIGHT + max(tallest - 1, 0) * GAP_Y
     boxes: dict[str, Box] = {}
-    for depth, row in enumerate(rows):
-        row_width = len(row) * BOX_WIDTH + (len(row) - 1) * GAP_X
-        left = (width - row_width) // 2
-        for index, step in enumerate(row):
-            x, y = left + index * (BOX_WIDTH + GAP_X), MARGIN + depth * (BOX_HEIGHT + GAP_Y)
+    for depth, column in enumerate(columns):
+        column_height = len(column) * BOX_HEIGHT + (len(column) - 1) * GAP_Y
+        top = (height - column_height) // 2
+        for index, step in enumerate(column):
+            x, y = MARGIN + depth * (BOX_WIDTH + GAP_X), top + index * (BOX_HEIGHT + GAP_Y)
             boxes[step] = Box(step, depth, index, x, y)
     arrows = [
         Arrow(
             parent,
             child,
             allow,
-            boxes[parent].center_x,
-            boxes[parent].y + BOX_HEIGHT,
-            boxes[child].center_x,
-            boxes[child].y,
+            boxes[parent].x + BOX_WIDTH,
+            boxes[parent].center_y,
+            boxes[child].x,
+            boxes[child].center_y,
         )  # fmt: skip
         for parent, child, allow in edges
         if parent in boxes and child in boxes
     ]
-    height = 2 * MARGIN + len(rows) * BOX_HEIGHT + max(len(rows) - 1, 0) * GAP_Y
+    width = 2 * MARGIN + len(columns) * BOX_WIDTH + max(len(columns) - 1, 0) * GAP_X
     return Layout(tuple(boxes.values()), tuple(arrows), width, height)
 
 
