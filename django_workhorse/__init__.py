@@ -24,6 +24,7 @@ from django_workhorse.exceptions import (
     InvalidArgumentError,
     JobCancelledError,
     JobDoesNotExist,
+    JobFailedError,
     JobNotDeadError,
     KeyNotSettledError,
     LeaseLostError,
@@ -35,6 +36,8 @@ from django_workhorse.exceptions import (
     ScheduleDefinitionError,
     ScheduleNotFoundError,
     TaskDefinitionError,
+    WaitNotAllowedError,
+    WaitTimeoutError,
     WorkerThreadError,
     WorkflowConflictError,
     WorkflowDefinitionError,
@@ -60,6 +63,7 @@ from django_workhorse.types import (
 )
 
 if TYPE_CHECKING:
+    from django_workhorse.awaiting.waiting import await_for, wait_for
     from django_workhorse.effects.ledger import Operation, once, once_block
     from django_workhorse.enqueueing.api import (
         aenqueue,
@@ -115,6 +119,8 @@ _LAZY = {
     "once": "django_workhorse.effects.ledger",
     "once_block": "django_workhorse.effects.ledger",
     "Operation": "django_workhorse.effects.ledger",
+    "wait_for": "django_workhorse.awaiting.waiting",
+    "await_for": "django_workhorse.awaiting.waiting",
 }
 
 
@@ -153,6 +159,7 @@ __all__ = [
     "InvalidArgumentError",
     "JobCancelledError",
     "JobDoesNotExist",
+    "JobFailedError",
     "JobId",
     "JobNotDeadError",
     "KeyNotSettledError",
@@ -175,6 +182,8 @@ __all__ = [
     "TaskDefinitionError",
     "Throttle",
     "Unique",
+    "WaitNotAllowedError",
+    "WaitTimeoutError",
     "WorkerThreadError",
     "WorkflowConflictError",
     "WorkflowDefinitionError",
@@ -185,6 +194,7 @@ __all__ = [
     "aenqueue",
     "aenqueue_many",
     "aenqueue_with_result",
+    "await_for",
     "breaker_states",
     "cancel",
     "drain_queue",
@@ -208,4 +218,5 @@ __all__ = [
     "retry_after",
     "run_schedule_now",
     "task",
+    "wait_for",
 ]
