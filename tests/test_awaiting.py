@@ -21,6 +21,7 @@ from psycopg import sql as pgsql
 
 from django_workhorse import (
     EnqueueOptions,
+    EnqueueOutcome,
     EnqueueRequest,
     InvalidArgumentError,
     JobCancelledError,
@@ -55,6 +56,12 @@ pytestmark = pytest.mark.django_db(transaction=True)  # waits and workers run on
 def wait_on(payload: dict[str, Any]) -> Any:
     """Wait for the job the payload names and return its result."""
     return wait_for(payload["job_id"], timeout=payload.get("timeout", 30))
+
+
+@register("tests.awaiting.wait_on_workflow")
+def wait_on_workflow(payload: dict[str, Any]) -> Any:
+    """Wait for the workflow the payload names and return its result."""
+    return WorkflowResult(payload["workflow_id"], EnqueueOutcome.ACCEPTED, {}).wait(30)
 
 
 def request(job_type: str = "tests.record", payload: Any = None, *, max_attempts: int = 3, queue: str = "default"):
@@ -128,7 +135,11 @@ def slow_polls(monkeypatch) -> Callable[[Callable[[], Any]], Waiting]:
     def start(call: Callable[[], Any]) -> Waiting:
         handle = Waiting(call)
         handle.waiters = created
-        return handle.start()
+        handle.start()
+        # Notifications sent before LISTEN is in place are lost (the wait re-reads when it comes up,
+        # a "connect" wake-up): a test that counts notifications acts only once it listens.
+        poll_until(listeners.listener("default").up.is_set, what="the result listener")
+        return handle
 
     return start
 
@@ -320,7 +331,7 @@ def test_a_handler_may_not_wait_on_its_own_queue_when_its_worker_runs_one_job_at
 
     failed = Job.objects.get(pk=waiter)
     assert failed.status == JobStatus.DEAD
-    assert failed.last_error.startswith("WaitNotAllowedError: cannot wait for job"), failed.last_error
+    assert failed.last_error.startswith(f"WaitNotAllowedError: cannot wait for job {target} inside a handler")
 
 
 def test_a_handler_may_wait_on_its_own_queue_when_its_worker_runs_more_than_one_job():
@@ -423,3 +434,41 @@ def test_workflow_wait_times_out_and_a_missing_workflow_raises():
 
     with pytest.raises(WorkflowDoesNotExist):
         WorkflowResult(2**40, result.outcome, {}).wait(1)
+
+
+def test_a_handler_may_not_wait_on_a_workflow_with_a_step_in_a_queue_its_one_at_a_time_worker_serves():
+    result = diamond()
+    waiter = enqueue("tests.awaiting.wait_on_workflow", {"workflow_id": result.workflow_id}, max_attempts=1,
+                     queue="waiters")  # fmt: skip
+
+    run_worker(queues=["waiters", "default"], concurrency=1)
+
+    failed = Job.objects.get(pk=waiter)
+    assert failed.status == JobStatus.DEAD
+    expected = f"WaitNotAllowedError: cannot wait for workflow {result.workflow_id} inside a handler"
+    assert failed.last_error.startswith(expected), failed.last_error
+    assert not Job.objects.filter(workflow_id=result.workflow_id, awaited=True).exists()
+
+
+def test_a_handler_may_wait_on_a_workflow_whose_queues_its_worker_does_not_serve():
+    result = diamond()
+    waiter = enqueue("tests.awaiting.wait_on_workflow", {"workflow_id": result.workflow_id}, max_attempts=1,
+                     queue="waiters")  # fmt: skip
+
+    with running(make_worker(queues=["waiters"], concurrency=1)):
+        poll_until(lambda: workflow_flagged(result), what="the handler's wait")
+        run_worker()
+        poll_until(lambda: Job.objects.get(pk=waiter).status == JobStatus.SUCCEEDED, what="the waiting job's end")
+
+    assert Job.objects.get(pk=waiter).result == {step: {"step": step} for step in "abcd"}
+
+
+def test_a_workflow_wait_inside_atomic_is_refused_unless_the_workflow_has_finished():
+    finished, pending = diamond(), diamond()
+    Job.objects.filter(workflow_id=pending.workflow_id).update(queue="elsewhere")
+    run_worker()
+
+    with transaction.atomic():
+        with pytest.raises(WaitNotAllowedError, match="inside atomic"):
+            pending.wait(5)
+        assert finished.wait(5) == {step: {"step": step} for step in "abcd"}

@@ -124,6 +124,14 @@ def not_allowed_in_transaction(alias: str, what: str) -> WaitNotAllowedError:
     )
 
 
+def not_allowed_in_handler(what: str, queue: str) -> WaitNotAllowedError:
+    """The error for a wait, inside a handler, on a queue its worker serves one job at a time."""
+    return WaitNotAllowedError(
+        f"cannot wait for {what} inside a handler: it has a job in queue {queue!r}, which this worker serves one "
+        "job at a time, so that job could only run once this handler ends"
+    )
+
+
 class JobTarget:
     """A wait for one job."""
 
@@ -139,15 +147,12 @@ class JobTarget:
         """Refuse a wait that could not end (``WaitNotAllowedError``); return a finished result
         where only a read is allowed, else ``PENDING``."""
         in_transaction = connections[self.alias].in_atomic_block
-        serving = _serving_one_at_a_time(self.alias)
+        serving = serving_one_at_a_time(self.alias)
         if not in_transaction and serving is None:
             return PENDING
         found = self._read()
         if serving is not None and found.queue in serving:
-            raise WaitNotAllowedError(
-                f"cannot wait for job {self.job_id} inside a handler: it is in queue {found.queue!r}, which this "
-                "worker serves one job at a time, so it could only run once this handler ends"
-            )
+            raise not_allowed_in_handler(f"job {self.job_id}", found.queue)
         if found.status in TERMINAL:
             return self._finish(found)
         if in_transaction:
@@ -243,7 +248,7 @@ def _poll_seconds(listener: listeners.Listener) -> float:
     return POLL_SECONDS if listener.up.is_set() else DOWN_POLL_SECONDS
 
 
-def _serving_one_at_a_time(alias: str) -> frozenset[str] | None:
+def serving_one_at_a_time(alias: str) -> frozenset[str] | None:
     """The queues of the worker running this thread's handler, if it runs one job at a time on ``alias``."""
     running = current.current()
     serving = None if running is None else running.serving

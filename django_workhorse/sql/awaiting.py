@@ -64,10 +64,10 @@ CLEAR_JOB = f"""
 UPDATE workhorse_job SET awaited = false WHERE id = %(job_id)s AND awaited AND status IN {TERMINAL}
 """
 
-# workflow_jobs: every job of a workflow (its steps and their redrives), through
+# workflow_jobs: every job of a workflow (its steps and their redrives) and its queue, through
 # workhorse_job_workflow_idx; the ids a workflow's wait listens for.
 WORKFLOW_JOBS = """
-SELECT id FROM workhorse_job WHERE workflow_id = %(workflow_id)s
+SELECT id, queue FROM workhorse_job WHERE workflow_id = %(workflow_id)s
 """
 
 # flag_workflow: mark every unfinished job of a workflow as waited on, locked in id order (the rule
@@ -137,9 +137,9 @@ def clear_job(alias: str, job_id: int) -> None:
     run(alias, CLEAR_JOB, {"job_id": job_id})
 
 
-def workflow_jobs(alias: str, workflow_id: int) -> list[int]:
-    """Run WORKFLOW_JOBS."""
-    return [row[0] for row in execute(alias, WORKFLOW_JOBS, {"workflow_id": workflow_id})]
+def workflow_jobs(alias: str, workflow_id: int) -> list[tuple[int, str]]:
+    """Run WORKFLOW_JOBS: (id, queue) of each job."""
+    return [(row[0], row[1]) for row in execute(alias, WORKFLOW_JOBS, {"workflow_id": workflow_id})]
 
 
 def flag_workflow(alias: str, workflow_id: int) -> None:

@@ -14,7 +14,15 @@ from typing import Any
 from django.db import connections, router
 
 from django_workhorse import sql
-from django_workhorse.awaiting.waiting import PENDING, check_timeout, not_allowed_in_transaction, outcome, wait
+from django_workhorse.awaiting.waiting import (
+    PENDING,
+    check_timeout,
+    not_allowed_in_handler,
+    not_allowed_in_transaction,
+    outcome,
+    serving_one_at_a_time,
+    wait,
+)
 from django_workhorse.enqueueing.storable import check_id
 from django_workhorse.exceptions import WaitTimeoutError, WorkflowDoesNotExist
 from django_workhorse.models import Workflow as WorkflowRow
@@ -27,13 +35,19 @@ def wait_for_workflow(workflow_id: int, *, timeout: float | timedelta, using: st
 
     Raise ``JobFailedError`` naming a dead step as soon as one blocks or fails the workflow,
     ``JobCancelledError`` naming a cancelled step, ``WaitTimeoutError``, ``WorkflowDoesNotExist``,
-    ``WaitNotAllowedError`` inside ``atomic()`` on ``using`` (unless it has finished), and
+    ``WaitNotAllowedError`` inside ``atomic()`` on ``using`` (unless it has finished) and inside a
+    handler whose worker runs one job at a time and serves a queue of the workflow's, and
     ``InvalidArgumentError`` for a bad argument.
     """
     check_id(workflow_id, "workflow_id")
     seconds = check_timeout(timeout)
     alias = using or router.db_for_write(WorkflowRow)
     target = WorkflowTarget(workflow_id, alias)
+    serving = serving_one_at_a_time(alias)
+    if serving is not None:
+        target.remember_jobs()
+        if served := sorted(target.queues & serving):
+            raise not_allowed_in_handler(f"workflow {workflow_id}", served[0])
     found = target.read()
     if found is not PENDING:
         return target.finish(found)
@@ -51,11 +65,14 @@ class WorkflowTarget:
         self.workflow_id = workflow_id
         self.alias = alias
         self._job_ids: list[int] = []
+        self.queues: frozenset[str] = frozenset()
         self._flagged = False
 
     def remember_jobs(self) -> None:
-        """Read the ids of the workflow's jobs (a redrive's later copy is found by polling)."""
-        self._job_ids = sql.awaiting.workflow_jobs(self.alias, self.workflow_id)
+        """Read the ids and queues of the workflow's jobs (a redrive's later copy is found by polling)."""
+        jobs = sql.awaiting.workflow_jobs(self.alias, self.workflow_id)
+        self._job_ids = [job_id for job_id, _ in jobs]
+        self.queues = frozenset(queue for _, queue in jobs)
 
     def job_ids(self) -> Sequence[int]:
         return self._job_ids
