@@ -331,7 +331,10 @@ def plans(alias: str) -> dict[str, str]:
             (job,) = sql.claims.claim(alias, queues=["default"], limit=1, lease=timedelta(minutes=5), worker="b")
             outcome = json.dumps([{"id": job.id, "token": str(job.lease_token), "status": "succeeded",
                                    "error": "", "run_at": None, "events": [["succeeded", {}]]}])  # fmt: skip
-            cursor.execute("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + RECORD_OUTCOMES, {"outcomes": outcome})
+            cursor.execute(
+                "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + RECORD_OUTCOMES,
+                {"outcomes": outcome, "result_channel": "unused"},
+            )
             out["record_outcomes"] = "\n".join(r[0] for r in cursor.fetchall())
             raise _RollbackError
     except _RollbackError:

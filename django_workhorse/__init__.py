@@ -24,6 +24,7 @@ from django_workhorse.exceptions import (
     InvalidArgumentError,
     JobCancelledError,
     JobDoesNotExist,
+    JobFailedError,
     JobNotDeadError,
     KeyNotSettledError,
     LeaseLostError,
@@ -36,6 +37,8 @@ from django_workhorse.exceptions import (
     ScheduleNotFoundError,
     StepNotSucceededError,
     TaskDefinitionError,
+    WaitNotAllowedError,
+    WaitTimeoutError,
     WorkerThreadError,
     WorkflowConflictError,
     WorkflowDefinitionError,
@@ -61,6 +64,7 @@ from django_workhorse.types import (
 )
 
 if TYPE_CHECKING:
+    from django_workhorse.awaiting.waiting import await_for, wait_for
     from django_workhorse.effects.ledger import Operation, once, once_block
     from django_workhorse.enqueueing.api import (
         aenqueue,
@@ -124,6 +128,8 @@ _LAZY = {
     "chain": "django_workhorse.workflows.canvas",
     "group": "django_workhorse.workflows.canvas",
     "chord": "django_workhorse.workflows.canvas",
+    "wait_for": "django_workhorse.awaiting.waiting",
+    "await_for": "django_workhorse.awaiting.waiting",
 }
 
 
@@ -162,6 +168,7 @@ __all__ = [
     "InvalidArgumentError",
     "JobCancelledError",
     "JobDoesNotExist",
+    "JobFailedError",
     "JobId",
     "JobNotDeadError",
     "KeyNotSettledError",
@@ -185,6 +192,8 @@ __all__ = [
     "TaskDefinitionError",
     "Throttle",
     "Unique",
+    "WaitNotAllowedError",
+    "WaitTimeoutError",
     "WorkerThreadError",
     "Workflow",
     "WorkflowConflictError",
@@ -197,6 +206,7 @@ __all__ = [
     "aenqueue",
     "aenqueue_many",
     "aenqueue_with_result",
+    "await_for",
     "breaker_states",
     "cancel",
     "chain",
@@ -223,4 +233,5 @@ __all__ = [
     "retry_after",
     "run_schedule_now",
     "task",
+    "wait_for",
 ]

@@ -23,11 +23,15 @@ class WorkhorseConfig(AppConfig):
         from django.db.models.signals import post_migrate
 
         from django_workhorse import checks  # noqa: F401 (registers the system checks)
+        from django_workhorse.awaiting.waiting import wait_for
         from django_workhorse.enqueueing.after_write import set_inline_runner
+        from django_workhorse.types import set_result_waiter
         from django_workhorse.worker import eager
 
         # Eager mode: writes run their accepted jobs inline through the worker's own steps.
         set_inline_runner(eager.is_active, eager.run_accepted, eager.run_workflow)
+        # EnqueueResult.wait: the value object waits through the awaiting room, which it cannot import.
+        set_result_waiter(wait_for)
 
         post_migrate.connect(_install_functions, sender=self, dispatch_uid="workhorse.install_functions")
 

@@ -53,7 +53,9 @@ def _configured(name: str) -> object:
     return value
 
 
-# app_settings attribute -> check id; the setting is WORKHORSE_<attribute>.
+# app_settings attribute -> check id; the setting is WORKHORSE_<attribute>. A channel is a
+# PostgreSQL identifier: at most 63 bytes.
+CHANNEL_SETTINGS = {"NOTIFY_CHANNEL": "workhorse.E003", "RESULT_CHANNEL": "workhorse.E012"}
 DURATION_SETTINGS = {
     "JOB_RETENTION": "workhorse.E004",
     "MAINTENANCE_INTERVAL": "workhorse.E005",
@@ -73,7 +75,7 @@ def _positive_durations() -> list[CheckMessage]:
 
 @register
 def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[CheckMessage]:
-    """WORKHORSE_* settings must have the right type and stay within bounds (workhorse.E002-E011, E201-E202,
+    """WORKHORSE_* settings must have the right type and stay within bounds (workhorse.E002-E012, E201-E202,
     E209, E301, E401, E402, E410-E411, E501)."""
     errors: list[CheckMessage] = []
     size = _configured("MAX_PAYLOAD_BYTES")
@@ -101,11 +103,10 @@ def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
                 id="workhorse.E209",
             )
         )
-    channel = _configured("NOTIFY_CHANNEL")
-    if not isinstance(channel, str) or not 1 <= len(channel.encode()) <= 63:
-        errors.append(
-            Error(f"WORKHORSE_NOTIFY_CHANNEL must be a string of 1..63 bytes, got {channel!r}.", id="workhorse.E003")
-        )
+    for name, check_id in CHANNEL_SETTINGS.items():
+        channel = _configured(name)
+        if not isinstance(channel, str) or not 1 <= len(channel.encode()) <= 63:
+            errors.append(Error(f"WORKHORSE_{name} must be a string of 1..63 bytes, got {channel!r}.", id=check_id))
     errors.extend(_positive_durations())
     errors.extend(_concurrency_limits())
     prepared = _configured("PREPARED_STATEMENTS")

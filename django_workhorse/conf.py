@@ -76,6 +76,7 @@ MAX_ID = 2**63 - 1
 MIN_STORED_DATETIME = datetime(1, 1, 1, tzinfo=timezone.utc)
 MAX_STORED_DATETIME = datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=timezone.utc)
 DEFAULT_NOTIFY_CHANNEL = "workhorse"
+DEFAULT_RESULT_CHANNEL = "workhorse_result"
 DEFAULT_JOB_RETENTION = timedelta(days=14)
 # How long a flagged (awaited), unread result outlives its job's retention at least (decision 0022 §5).
 DEFAULT_RESULT_RETENTION = timedelta(hours=24)
@@ -161,6 +162,10 @@ class WorkhorseSettings:
         "Largest serialized handler result stored, in bytes (1 MiB; 1 KiB..16 MiB); a larger one fails its attempt.",
     )
     NOTIFY_CHANNEL = Setting(DEFAULT_NOTIFY_CHANNEL, "The LISTEN/NOTIFY channel that announces accepted ready work.")
+    RESULT_CHANNEL = Setting(
+        DEFAULT_RESULT_CHANNEL,
+        "The LISTEN/NOTIFY channel that announces a job someone waits on has finished (payload: its id).",
+    )
     PREPARED_STATEMENTS = Setting(
         True, "Run the enqueue statements as server-side prepared statements (turn off for PgBouncer < 1.21)."
     )

@@ -165,7 +165,56 @@ class LeaseLostError(WorkhorseError):
 
 
 class JobCancelledError(WorkhorseError):
-    """Cancellation of this job was requested; a handler raises it to stop (``ctx.raise_if_cancelled``)."""
+    """A job was cancelled: the handler's own job (``ctx.raise_if_cancelled``), or one waited on.
+
+    ``job_id`` names the cancelled job (None when a handler raises it bare for its own job). The
+    worker ends the running job cancelled only for its own id or None: a handler whose awaited job
+    was cancelled fails (and retries) as with any error.
+    """
+
+    def __init__(self, message: str = "", *, job_id: int | None = None) -> None:
+        self.job_id = job_id
+        super().__init__(message or (f"job {job_id} was cancelled" if job_id is not None else "cancelled"))
+
+
+class JobFailedError(WorkhorseError):
+    """A job waited on is dead: its attempts failed (or it was failed at once).
+
+    ``job_id`` names the job, ``step`` its workflow step (None for a plain job) and ``error`` its
+    ``last_error``; the message shows the error's first line.
+    """
+
+    def __init__(self, *, job_id: int, error: str, step: str | None = None) -> None:
+        self.job_id = job_id
+        self.step = step
+        self.error = error
+        lines = error.strip().splitlines()
+        where = f"job {job_id}" if step is None else f"workflow step {step!r} (job {job_id})"
+        super().__init__(f"{where} failed: {lines[0] if lines else 'no error recorded'}")
+
+
+class WaitTimeoutError(WorkhorseError, TimeoutError):
+    """A wait for a job's (or a workflow's) result ran out of time; the job goes on.
+
+    ``job_id`` or ``workflow_id`` names what was waited on, ``timeout`` the seconds waited.
+    """
+
+    def __init__(self, *, timeout: float, job_id: int | None = None, workflow_id: int | None = None) -> None:
+        self.job_id = job_id
+        self.workflow_id = workflow_id
+        self.timeout = timeout
+        what = f"job {job_id}" if workflow_id is None else f"workflow {workflow_id}"
+        super().__init__(f"{what} did not finish within {timeout:g} s")
+
+
+class WaitNotAllowedError(WorkhorseError, RuntimeError):
+    """A wait here could never end, or would hold back what it waits for; nothing was waited on.
+
+    Raised for a wait inside a handler, on a job of a queue its worker serves, when the worker runs
+    one job at a time (the job could only run after the waiting handler ends), and for a wait inside
+    ``atomic()`` on the alias it reads (the transaction would hide a job it enqueued from the
+    workers, and the wait's row lock would hold the job's outcome back).
+    """
 
 
 class JobNotDeadError(WorkhorseError):

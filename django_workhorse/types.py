@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
 from enum import Enum
@@ -163,3 +164,20 @@ class EnqueueResult:
     job_id: JobId
     outcome: EnqueueOutcome
     reason: NonReplaceableReason | None = None
+
+    def wait(self, timeout: float | timedelta, *, using: str | None = None) -> Any:
+        """Wait until the job has finished and return its result: see :func:`~django_workhorse.wait_for`."""
+        if _wait_for is None:
+            raise RuntimeError("django_workhorse is not in INSTALLED_APPS (or the app registry is not ready)")
+        return _wait_for(self.job_id, timeout=timeout, using=using)
+
+
+# How EnqueueResult waits: ``awaiting.waiting.wait_for``, registered when the app is ready
+# (apps.py), so the value objects never import the database rooms.
+_wait_for: Callable[..., Any] | None = None
+
+
+def set_result_waiter(wait_for: Callable[..., Any]) -> None:
+    """Register how :meth:`EnqueueResult.wait` waits."""
+    global _wait_for
+    _wait_for = wait_for

@@ -63,19 +63,24 @@ def test_check_settings_rejects_bad_payload_limit(size):
         ]
 
 
+CHANNELS = [("NOTIFY_CHANNEL", "workhorse.E003"), ("RESULT_CHANNEL", "workhorse.E012")]
+
+
+@pytest.mark.parametrize(("name", "check_id"), CHANNELS)
 @pytest.mark.parametrize("channel", ["w", "c" * 63, "é" * 31 + "a"], ids=["1-byte", "63-bytes", "63-bytes-multibyte"])
-def test_check_settings_accepts_notify_channel_at_edge(channel):
-    with override_settings(WORKHORSE_NOTIFY_CHANNEL=channel):
+def test_check_settings_accepts_a_channel_at_edge(channel, name, check_id):
+    with override_settings(**{f"WORKHORSE_{name}": channel}):
         assert check_settings() == []
 
 
+@pytest.mark.parametrize(("name", "check_id"), CHANNELS)
 @pytest.mark.parametrize(
     "channel", ["", "c" * 64, "é" * 32, 123, None], ids=["empty", "64-bytes", "64-bytes-multibyte", "int", "none"]
 )
-def test_check_settings_rejects_bad_notify_channel(channel):
-    with override_settings(WORKHORSE_NOTIFY_CHANNEL=channel):
+def test_check_settings_rejects_a_bad_channel(channel, name, check_id):
+    with override_settings(**{f"WORKHORSE_{name}": channel}):
         assert check_settings() == [
-            Error(f"WORKHORSE_NOTIFY_CHANNEL must be a string of 1..63 bytes, got {channel!r}.", id="workhorse.E003")
+            Error(f"WORKHORSE_{name} must be a string of 1..63 bytes, got {channel!r}.", id=check_id)
         ]
 
 
@@ -230,6 +235,7 @@ def test_check_settings_rejects_a_prepared_statements_value_that_is_not_a_bool(p
     [
         ("MAX_PAYLOAD_BYTES", 0, "workhorse.E002"),
         ("NOTIFY_CHANNEL", "", "workhorse.E003"),
+        ("RESULT_CHANNEL", "", "workhorse.E012"),
         ("JOB_RETENTION", timedelta(0), "workhorse.E004"),
         ("MAINTENANCE_INTERVAL", timedelta(0), "workhorse.E005"),
         ("WORKER_STALE_AFTER", timedelta(0), "workhorse.E006"),

@@ -30,6 +30,7 @@ PUBLIC = {
     "InvalidArgumentError": "django_workhorse.exceptions",
     "JobCancelledError": "django_workhorse.exceptions",
     "JobDoesNotExist": "django_workhorse.exceptions",
+    "JobFailedError": "django_workhorse.exceptions",
     "JobNotDeadError": "django_workhorse.exceptions",
     "KeyNotSettledError": "django_workhorse.exceptions",
     "LeaseLostError": "django_workhorse.exceptions",
@@ -42,6 +43,8 @@ PUBLIC = {
     "ScheduleNotFoundError": "django_workhorse.exceptions",
     "StepNotSucceededError": "django_workhorse.exceptions",
     "TaskDefinitionError": "django_workhorse.exceptions",
+    "WaitNotAllowedError": "django_workhorse.exceptions",
+    "WaitTimeoutError": "django_workhorse.exceptions",
     "WorkerThreadError": "django_workhorse.exceptions",
     "WorkflowConflictError": "django_workhorse.exceptions",
     "WorkflowDoesNotExist": "django_workhorse.exceptions",
@@ -75,6 +78,9 @@ PUBLIC = {
     "Task": "django_workhorse.tasks.decorator",
     "register": "django_workhorse.tasks.registry",
     "HandlerContext": "django_workhorse.worker.context",
+    # Waiting for results
+    "wait_for": "django_workhorse.awaiting.waiting",
+    "await_for": "django_workhorse.awaiting.waiting",
     # Handler outcomes
     "Snooze": "django_workhorse.outcomes.values",
     "Retry": "django_workhorse.outcomes.values",

@@ -247,7 +247,11 @@ def test_the_releasing_statement_reads_jobs_by_primary_key_among_many_waiting_st
         wf.add(f"m{m}", request(), after=["source"])
     jobs = wf.enqueue().jobs
     (source,) = claim_all().values()
-    params = {"outcomes": sql.outcomes._json_outcomes([succeeded(source)]), "channel": "unused"}
+    params = {
+        "outcomes": sql.outcomes._json_outcomes([succeeded(source)]),
+        "channel": "unused",
+        "result_channel": "unused",
+    }
 
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE workhorse_job")

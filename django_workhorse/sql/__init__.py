@@ -2,7 +2,7 @@
 
 PostgreSQL-specific SQL lives in this package and nowhere else (a test enforces it), one module per
 concern, and callers name the concern: ``sql.enqueue`` (enqueue), ``sql.claims`` (the worker:
-claims, lease extension, checkpoints), ``sql.outcomes`` (what ends a worker's hold: outcomes, release at a stop, reclaim), ``sql.releases`` (the release of workflow steps, a fragment of those), ``sql.actions`` (operator actions), ``sql.breakers`` (circuit breakers' state), ``sql.housekeeping``
+claims, lease extension, checkpoints), ``sql.outcomes`` (what ends a worker's hold: outcomes, release at a stop, reclaim), ``sql.releases`` (the release of workflow steps, a fragment of those), ``sql.actions`` (operator actions), ``sql.awaiting`` (waits on results: the flag, the reads, the result notifications), ``sql.breakers`` (circuit breakers' state), ``sql.housekeeping``
 (purge, pruning, the worker registry), ``sql.leases`` (named leases: the maintenance lease), ``sql.effects`` (the effect ledger),
 ``sql.http_records`` (``@idempotent`` views' records, on the ledger's table), ``sql.schedules`` (periodic schedules' state), ``sql.queues`` (queue control), ``sql.rate_limits`` (rate budgets),
 ``sql.workflows`` (workflows: their enqueue and lookup), ``sql.workflow_control`` (a workflow's cancellation and state), ``sql.steps`` (what a step's handler reads of its workflow), ``sql.keys`` (the fragments that decide who owns a key), ``sql.poolers`` (whether a pooler
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from django_workhorse.sql import (
     actions,
+    awaiting,
     breakers,
     claims,
     connection,
@@ -37,6 +38,7 @@ from django_workhorse.sql import (
 
 __all__ = [
     "actions",
+    "awaiting",
     "breakers",
     "claims",
     "connection",

@@ -7,6 +7,7 @@ from datetime import datetime
 
 from django_workhorse.enqueueing.fingerprints import DIGEST_HEX_CHARS
 from django_workhorse.models import JOB_ID_SEQUENCE
+from django_workhorse.sql.awaiting import channel_param, results_notified_cte
 from django_workhorse.sql.connection import execute
 
 # redrive: copy a dead job into a new queued job (clearing its deadline, not copying checkpoints;
@@ -91,8 +92,9 @@ WHERE source_id = %(source_id)s AND request_id = %(request_id)s
 # cancel: stop a job. A queued or waiting job is cancelled at once; a running one is asked to stop
 # (its handler sees ctx.cancelled at the next heartbeat). Returns the job's status before, and its
 # workflow (a cancelled step's waiting descendants are cancelled next, in the same transaction), if
-# the job exists. One row, locked first (FOR UPDATE): no lock order to keep.
-CANCEL = """
+# the job exists; announces a cancelled job a wait flagged on the result channel (sql.awaiting).
+# One row, locked first (FOR UPDATE): no lock order to keep.
+CANCEL = f"""
 WITH target AS (
     SELECT id, status, workflow_id FROM workhorse_job WHERE id = %(job_id)s FOR UPDATE
 ),
@@ -103,15 +105,16 @@ cancelled AS (
         cancel_requested = target.status = 'running'
     FROM target
     WHERE job.id = target.id AND target.status IN ('queued', 'waiting', 'running')
-    RETURNING job.id, job.attempt, target.status AS was
+    RETURNING job.id, job.attempt, target.status AS was, job.status, job.awaited
 ),
 events AS (
     INSERT INTO workhorse_job_event (job_id, kind, attempt, at, details)
     SELECT id, CASE WHEN was = 'running' THEN 'cancel_requested' ELSE 'cancelled' END, attempt,
            clock_timestamp(), jsonb_build_object('requested_by', %(requested_by)s::text)
     FROM cancelled
-)
-SELECT status, workflow_id FROM target
+),
+{results_notified_cte("cancelled")}
+SELECT status, workflow_id FROM target, (SELECT count(*) FROM results_notified) AS results
 """
 
 
@@ -141,7 +144,7 @@ def find_redrive(alias: str, *, source_id: int, request_id: str) -> tuple[bool, 
 
 def cancel(alias: str, job_id: int, requested_by: str) -> tuple[str, int | None] | None:
     """Run CANCEL; return the job's status before it and its workflow, or None if there is no such job."""
-    rows = execute(alias, CANCEL, {"job_id": job_id, "requested_by": requested_by})
+    rows = execute(alias, CANCEL, {"job_id": job_id, "requested_by": requested_by, **channel_param()})
     return (rows[0][0], rows[0][1]) if rows else None
 
 

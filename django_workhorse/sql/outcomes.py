@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from django_workhorse.conf import app_settings
+from django_workhorse.sql.awaiting import channel_param, notify_result, results_notified_cte
 from django_workhorse.sql.connection import execute, execute_first
 from django_workhorse.sql.releases import death_release_ctes, release_ctes
 
@@ -21,7 +22,8 @@ if TYPE_CHECKING:
 # cancellation was requested meanwhile), 'cancelled' or 'dead'; each outcome brings its events. A
 # snooze consumes no attempt: it gives back the one its claim counted, counts a snooze and keeps
 # the last error of an earlier attempt (its events keep the claim's attempt number). Locks the
-# jobs in id order. Built from fragments, which its releasing form below shares.
+# jobs in id order; announces on the result channel each flagged job it finished (sql.awaiting).
+# Built from fragments, which its releasing form below shares.
 OUTCOME_ROWS = """outcome AS (
     SELECT (o->>'id')::bigint AS id, (o->>'token')::uuid AS token, o->>'status' AS status,
            o->'result' AS result, o->>'error' AS error, (o->>'run_at')::timestamptz AS run_at,
@@ -46,7 +48,8 @@ _FINISHED = """finished AS (
         attempt = job.attempt - outcome.snoozed, snoozes = job.snoozes + outcome.snoozed
     FROM held JOIN outcome ON outcome.id = held.id
     WHERE job.id = held.id{only_parents}
-    RETURNING job.id, job.attempt + outcome.snoozed AS attempt, outcome.events, job.status, job.workflow_id
+    RETURNING job.id, job.attempt + outcome.snoozed AS attempt, outcome.events, job.status, job.workflow_id,
+              job.awaited
 )"""
 _EVENTS = """events AS (
     INSERT INTO workhorse_job_event (job_id, kind, attempt, at, details)
@@ -58,7 +61,7 @@ WITH {OUTCOME_ROWS},
 {_HELD_OUTCOMES},
 {_FINISHED.format(only_parents="")},
 {_EVENTS}
-SELECT id FROM finished
+SELECT id, {notify_result("finished")} FROM finished
 """
 
 # record_outcomes_releasing: RECORD_OUTCOMES for a batch that holds a workflow step (a batch
@@ -91,14 +94,15 @@ held AS MATERIALIZED (
 {_FINISHED.format(only_parents=" AND NOT held.child")},
 {release_ctes("finished", "(SELECT id FROM held WHERE child)")},
 {_EVENTS}
-SELECT finished.id, finished.status = 'cancelled' AND finished.workflow_id IS NOT NULL
+SELECT finished.id, finished.status = 'cancelled' AND finished.workflow_id IS NOT NULL,
+       {notify_result("finished")}
 FROM finished CROSS JOIN (SELECT count(*) FROM released_notified) AS notified
 """
 
 # release: give held jobs back to the queue at once (a clean stop); an attempt that never started
 # its handler is not counted, and one interrupted on its last attempt is dead, as a reclaimed one
-# would be (releasing the children whose edges allow its failure). Fenced by the lease token; locks
-# the jobs in id order.
+# would be (releasing the children whose edges allow its failure, and announcing it if a wait
+# flagged it). Fenced by the lease token; locks the jobs in id order.
 RELEASE = f"""
 WITH held AS MATERIALIZED (
     SELECT job.id, mine.started FROM workhorse_job AS job
@@ -118,20 +122,23 @@ given_back AS (
         attempt = job.attempt - CASE WHEN held.started THEN 0 ELSE 1 END
     FROM held
     WHERE job.id = held.id
-    RETURNING job.id, job.attempt, job.status
+    RETURNING job.id, job.attempt, job.status, job.awaited
 ),
 {death_release_ctes("given_back")},
+{results_notified_cte("given_back")},
 events AS (
     INSERT INTO workhorse_job_event (job_id, kind, attempt, at, details)
     SELECT id, 'released', attempt, clock_timestamp(), '{{}}'::jsonb FROM given_back
     UNION ALL
     SELECT id, 'dead', attempt, clock_timestamp(), '{{}}'::jsonb FROM given_back WHERE status = 'dead'
 )
-SELECT count(*) FROM given_back, (SELECT count(*) FROM released_notified) AS notified
+SELECT count(*) FROM given_back, (SELECT count(*) FROM released_notified) AS notified,
+    (SELECT count(*) FROM results_notified) AS results
 """
 
 # reclaim_expired: requeue running jobs whose lease expired (their worker died or stalled), or
-# bury them when that was their last attempt (releasing the children whose edges allow it). Up to
+# bury them when that was their last attempt (releasing the children whose edges allow it, and
+# announcing the flagged ones on the result channel). Up to
 # %(limit)s candidates come from workhorse_job_lease_idx; those not locked by anyone else are
 # locked in id order (SKIP LOCKED), their children after them. A deadlock with a recorder needs a
 # stale worker recording a job at the instant it is reclaimed: PostgreSQL aborts one, the reclaim
@@ -156,29 +163,32 @@ expired AS (
                           THEN 'lease expired on the last attempt' ELSE job.last_error END
     FROM due
     WHERE job.id = due.id
-    RETURNING job.id, job.attempt, job.status
+    RETURNING job.id, job.attempt, job.status, job.awaited
 ),
 {death_release_ctes("expired")},
+{results_notified_cte("expired")},
 events AS (
     INSERT INTO workhorse_job_event (job_id, kind, attempt, at, details)
     SELECT id, 'lease_expired', attempt, clock_timestamp(), '{{}}'::jsonb FROM expired
     UNION ALL
     SELECT id, 'dead', attempt, clock_timestamp(), '{{}}'::jsonb FROM expired WHERE status = 'dead'
 )
-SELECT count(*) FROM expired, (SELECT count(*) FROM released_notified) AS notified
+SELECT count(*) FROM expired, (SELECT count(*) FROM released_notified) AS notified,
+    (SELECT count(*) FROM results_notified) AS results
 """
 
 
 def record_outcomes(alias: str, outcomes: Sequence[Any]) -> set[int]:
     """Run RECORD_OUTCOMES for ``execution.Outcome`` values; return the ids whose lease was still held."""
-    return {row[0] for row in execute(alias, RECORD_OUTCOMES, {"outcomes": _json_outcomes(outcomes)})}
+    params = {"outcomes": _json_outcomes(outcomes), **channel_param()}
+    return {row[0] for row in execute(alias, RECORD_OUTCOMES, params)}
 
 
 def record_outcomes_releasing(alias: str, outcomes: Sequence[Any]) -> tuple[set[int], list[int]]:
     """Run RECORD_OUTCOMES_RELEASING (a batch with a workflow step); return the ids whose lease was
     still held, and those of the workflow steps among them that ended cancelled. The first
     statement of an ``atomic()`` block, it travels with the block's BEGIN."""
-    params = {"outcomes": _json_outcomes(outcomes), "channel": app_settings.NOTIFY_CHANNEL}
+    params = {"outcomes": _json_outcomes(outcomes), "channel": app_settings.NOTIFY_CHANNEL, **channel_param()}
     rows = execute_first(alias, RECORD_OUTCOMES_RELEASING, params)
     return {row[0] for row in rows}, [row[0] for row in rows if row[1]]
 
@@ -209,11 +219,12 @@ def release(alias: str, held: Sequence[tuple[ClaimedJob, bool]]) -> None:
         "tokens": [job.lease_token for job, _ in held],
         "started": [started for _, started in held],
         "channel": app_settings.NOTIFY_CHANNEL,
+        **channel_param(),
     }
     execute(alias, RELEASE, params)
 
 
 def reclaim_expired(alias: str, *, limit: int = 1000) -> int:
     """Run RECLAIM_EXPIRED once; return how many jobs it took back."""
-    params = {"limit": limit, "channel": app_settings.NOTIFY_CHANNEL}
+    params = {"limit": limit, "channel": app_settings.NOTIFY_CHANNEL, **channel_param()}
     return int(execute(alias, RECLAIM_EXPIRED, params)[0][0])

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from django_workhorse.sql.awaiting import channel_param, notify_result
 from django_workhorse.sql.connection import execute
 
 # cascade_cancel: cancel every waiting descendant of the given steps (already cancelled, and locked
@@ -19,8 +20,9 @@ from django_workhorse.sql.connection import execute
 # waiting meanwhile is left alone. Every edge counts, allow_failure or not: cancel means "not this,
 # nor what follows". Each cancelled step's event names the cancelled step whose cascade reached it
 # first (the lowest id). The recursion carries (step, cause) pairs, so a diamond is walked once
-# per cause, not once per path. Returns the ids cancelled.
-CASCADE_CANCEL = """
+# per cause, not once per path. Announces each flagged step it cancelled on the result channel
+# (sql.awaiting). Returns the ids cancelled.
+CASCADE_CANCEL = f"""
 WITH RECURSIVE descendants(id, cause) AS (
     SELECT edge.child_id, edge.parent_id
     FROM workhorse_job_dependency AS edge
@@ -42,7 +44,7 @@ cancelled AS (
     UPDATE workhorse_job AS job SET status = 'cancelled', finished_at = clock_timestamp()
     FROM doomed
     WHERE job.id = doomed.id
-    RETURNING job.id, job.attempt
+    RETURNING job.id, job.attempt, job.status, job.awaited
 ),
 events AS (
     INSERT INTO workhorse_job_event (job_id, kind, attempt, at, details)
@@ -50,7 +52,7 @@ events AS (
            jsonb_build_object('cause', causes.cause, 'requested_by', %(requested_by)s::text)
     FROM cancelled JOIN causes ON causes.id = cancelled.id
 )
-SELECT id FROM cancelled ORDER BY id
+SELECT id, {notify_result("cancelled")} FROM cancelled ORDER BY id
 """
 
 # The current job of each step of the workflows %(workflow_ids)s.
@@ -64,7 +66,8 @@ _CURRENT = """current AS MATERIALIZED (
 # cancel_workflow: lock the current job of every step of one workflow in id order; cancel those
 # waiting or queued, ask those running to stop (ctx.cancelled at their next heartbeat), with an
 # event naming who asked. Steps already finished, or already asked to stop, are left alone, so a
-# second call changes nothing. Returns each step changed and its status before.
+# second call changes nothing. Announces each flagged step it cancelled on the result channel.
+# Returns each step changed and its status before.
 CANCEL_WORKFLOW = f"""
 WITH {_CURRENT},
 target AS MATERIALIZED (
@@ -81,7 +84,7 @@ changed AS (
         cancel_requested = target.status = 'running'
     FROM target
     WHERE job.id = target.id
-    RETURNING job.id, job.attempt, target.status AS was
+    RETURNING job.id, job.attempt, target.status AS was, job.status, job.awaited
 ),
 events AS (
     INSERT INTO workhorse_job_event (job_id, kind, attempt, at, details)
@@ -89,7 +92,7 @@ events AS (
            clock_timestamp(), jsonb_build_object('requested_by', %(requested_by)s::text, 'workflow', true)
     FROM changed
 )
-SELECT id, was FROM changed ORDER BY id
+SELECT id, was, {notify_result("changed")} FROM changed ORDER BY id
 """
 
 # workflow_state: per workflow, its steps' current jobs counted by status, and whether a dead
@@ -134,13 +137,13 @@ class StepCounts:
 
 def cascade_cancel(alias: str, job_ids: Sequence[int], requested_by: str) -> list[int]:
     """Run CASCADE_CANCEL from the cancelled steps ``job_ids``; return the descendants cancelled."""
-    params = {"job_ids": list(job_ids), "requested_by": requested_by}
+    params = {"job_ids": list(job_ids), "requested_by": requested_by, **channel_param()}
     return [row[0] for row in execute(alias, CASCADE_CANCEL, params)]
 
 
 def cancel_workflow(alias: str, workflow_id: int, requested_by: str) -> list[tuple[int, str]]:
     """Run CANCEL_WORKFLOW; return (job id, status before) of each step changed."""
-    params = {"workflow_ids": [workflow_id], "requested_by": requested_by}
+    params = {"workflow_ids": [workflow_id], "requested_by": requested_by, **channel_param()}
     return [(row[0], row[1]) for row in execute(alias, CANCEL_WORKFLOW, params)]
 
 

@@ -26,6 +26,7 @@ from django_workhorse.observability.log_fields import job_fields, printable
 from django_workhorse.outcomes.values import Cancel, Fail, HandlerOutcome, Retry, Snooze, dead_letters
 from django_workhorse.tasks.registry import Handler, get_handler
 from django_workhorse.tasks.retry import RetryPolicy
+from django_workhorse.worker import current
 from django_workhorse.worker.context import HandlerContext
 
 logger = logging.getLogger(__name__)
@@ -87,11 +88,14 @@ def _execute(job: sql.claims.ClaimedJob, context: HandlerContext, started: Calla
     handler: Handler | None = None
     try:
         handler = get_handler(job.job_type)
-        value = handler.call(job.payload, context)
+        with current.running(job.id):
+            value = handler.call(job.payload, context)
     except LeaseLostError:
         logger.warning("Lease lost id=%s attempt=%s", job.id, job.attempt, extra=job_fields(job))
         return Outcome(job, "lost")
-    except JobCancelledError:
+    except JobCancelledError as exc:
+        if exc.job_id is not None and exc.job_id != job.id:  # a job it waited on was cancelled, not this one
+            return failure(job, exc, handler)
         return Outcome(job, "cancelled", events=(("cancelled", {}),))
     except HandlerOutcome as decided:
         if isinstance(decided, Snooze) and decided.breaker:

@@ -28,6 +28,7 @@ from django_workhorse.observability import instruments
 from django_workhorse.observability.log_fields import job_fields, job_ids
 from django_workhorse.operations.maintenance import run_maintenance
 from django_workhorse.types import EnqueueOutcome
+from django_workhorse.worker import current
 from django_workhorse.worker.context import HandlerContext
 from django_workhorse.worker.execution import Outcome, execute, failure
 from django_workhorse.worker.held import HeldJob
@@ -245,6 +246,7 @@ class Worker:
     # -- executors -----------------------------------------------------------------------------
 
     def _execute_forever(self) -> None:
+        current.serve(self.using, self.queues, self.concurrency)
         while (held := self._work.get()) is not None:
             began = time.perf_counter()
             instruments.attempt_started(held.job)

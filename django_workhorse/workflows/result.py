@@ -1,11 +1,12 @@
 """What enqueueing a workflow returns: a value, with shortcuts to the workflow's state and its
-cancellation (``workflows.operations``)."""
+cancellation (``workflows.operations``), and a wait for its result (``workflows.waiting``)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
 
 from django_workhorse.types import EnqueueOutcome
 
@@ -33,3 +34,14 @@ class WorkflowResult:
         from django_workhorse.workflows.operations import cancel_workflow  # noqa: PLC0415 (models at call time)
 
         return cancel_workflow(self.workflow_id, requested_by=requested_by, using=using)
+
+    def wait(self, timeout: float | timedelta, *, using: str | None = None) -> dict[str, Any]:
+        """Wait until the workflow has finished; return ``{step: result}`` of its succeeded steps.
+
+        See :func:`~django_workhorse.workflows.waiting.wait_for_workflow`: ``JobFailedError`` names
+        the dead step as soon as one blocks or fails the workflow, ``JobCancelledError`` a cancelled
+        one, and ``WaitTimeoutError`` says time ran out.
+        """
+        from django_workhorse.workflows.waiting import wait_for_workflow  # noqa: PLC0415 (models at call time)
+
+        return wait_for_workflow(self.workflow_id, timeout=timeout, using=using)
