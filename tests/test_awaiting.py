@@ -9,9 +9,11 @@ poll intervals an hour long and reads the wake-ups the wait counted by source.""
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from collections.abc import Callable, Iterator
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -45,11 +47,13 @@ from django_workhorse.models import Job, JobStatus
 from django_workhorse.tasks.registry import register
 from django_workhorse.workflows import Workflow, WorkflowResult
 from django_workhorse.workflows.operations import cancel_workflow
+from example_project.devdb import restart_embedded_server
 from tests.conftest import connect_directly
 from tests.worker_tasks import make_worker, run_worker, running
 from tests.worker_tasks import wait_for as poll_until
 
-pytestmark = pytest.mark.django_db(transaction=True)  # waits and workers run on other threads
+pytestmark = pytest.mark.django_db(transaction=True)
+ROOT = Path(__file__).resolve().parent.parent  # waits and workers run on other threads
 
 
 @register("tests.awaiting.wait_on")
@@ -156,6 +160,29 @@ def result_listener() -> Iterator[Callable[[float], list[str]]]:
     with connect_directly() as conn:
         conn.execute(pgsql.SQL("LISTEN {}").format(pgsql.Identifier(app_settings.RESULT_CHANNEL)))
         yield lambda timeout: [notice.payload for notice in conn.notifies(timeout=timeout)]
+
+
+# -- where the listener listens ---------------------------------------------------------------------
+
+
+def test_with_no_result_listener_a_wait_polls_and_nothing_listens(settings, monkeypatch):
+    settings.WORKHORSE_RESULT_LISTEN_DATABASE = "none"
+    monkeypatch.setattr(waiting, "DOWN_POLL_SECONDS", 0.05)
+    connected = listeners.listener("default").connections
+    job_id = enqueue("tests.record", {"n": 5})
+
+    with running(make_worker()):
+        assert wait_for(job_id, timeout=30) == {"n": 5}
+
+    assert listeners.listener_for("default") is listeners.POLLING
+    assert listeners.listener("default").connections == connected  # no LISTEN was opened for it
+
+
+def test_a_wait_listens_on_the_alias_the_setting_names_and_reads_its_own(settings):
+    settings.WORKHORSE_RESULT_LISTEN_DATABASE = "other"
+    assert listeners.listener_for("default") is listeners.listener("other")
+    settings.WORKHORSE_RESULT_LISTEN_DATABASE = None
+    assert listeners.listener_for("default") is listeners.listener("default")
 
 
 # -- results and errors -----------------------------------------------------------------------------
@@ -320,6 +347,30 @@ def test_a_wait_survives_the_loss_of_every_session_while_it_waits(slow_polls, ot
     assert handle.woken_by("reconnect") >= 1 and handle.woken_by("notify") == 1
 
 
+@pytest.mark.skipif(
+    bool(os.environ.get("DATABASE_URL")), reason="restarts the embedded server; DATABASE_URL's is not ours"
+)
+def test_a_wait_survives_a_restart_of_postgresql(slow_polls):
+    """PostgreSQL itself restarts (fast shutdown) while the wait waits: the listener reconnects and
+    wakes it, its read on the lost connection reconnects, and the notification of the job's end
+    after the restart returns its result."""
+    job_id = enqueue("tests.record", {"n": 11})
+    handle = slow_polls(lambda: wait_for(job_id, timeout=120))
+    poll_until(lambda: awaited(job_id), what="the wait's flag")
+    resident = listeners.listener("default")
+    before = resident.connections
+
+    restart_embedded_server(ROOT)
+    connections.close_all()  # this thread's sessions went with the server
+
+    poll_until(lambda: resident.connections > before and resident.up.is_set(), timeout=60,
+               what="the listener's reconnection")  # fmt: skip
+    run_worker()
+
+    assert handle.result(60) == {"n": 11}
+    assert handle.woken_by("reconnect") >= 1 and handle.woken_by("notify") == 1
+
+
 # -- guards -----------------------------------------------------------------------------------------
 
 
@@ -472,3 +523,25 @@ def test_a_workflow_wait_inside_atomic_is_refused_unless_the_workflow_has_finish
         with pytest.raises(WaitNotAllowedError, match="inside atomic"):
             pending.wait(5)
         assert finished.wait(5) == {step: {"step": step} for step in "abcd"}
+
+
+# -- kept until read -------------------------------------------------------------------------------
+
+
+def test_a_result_whose_wait_timed_out_is_not_pruned_before_it_is_read_and_then_is():
+    from django_workhorse.operations.maintenance import prune_finished_jobs
+
+    waited, unwaited = enqueue("tests.record", {"n": 1}), enqueue("tests.record", {"n": 2})
+    with pytest.raises(WaitTimeoutError):
+        wait_for(waited, timeout=0.05)  # the caller gave up; its flag stays on the job
+    assert awaited(waited)
+    assert run_worker().finished == {"succeeded": 2}
+
+    # Both finished; a job retention of zero would take both, but an unread awaited result stays.
+    assert prune_finished_jobs(older_than=timedelta(0)) == 1
+    assert list(Job.objects.values_list("id", flat=True)) == [waited]
+
+    assert wait_for(waited, timeout=0) == {"n": 1}  # read: no longer kept for waits
+    assert not awaited(waited)
+    assert prune_finished_jobs(older_than=timedelta(0)) == 1
+    assert not Job.objects.filter(pk__in=[waited, unwaited]).exists()

@@ -157,6 +157,23 @@ def test_check_settings_accepts_the_smallest_positive_duration(setting):
         assert check_settings() == []
 
 
+@pytest.mark.parametrize("value", [None, "none", "default", "other"], ids=repr)
+def test_check_settings_accepts_no_result_listener_or_an_alias_of_databases(value):
+    with override_settings(WORKHORSE_RESULT_LISTEN_DATABASE=value):
+        assert check_settings() == []
+
+
+@pytest.mark.parametrize("value", ["nowhere", "None", "", 0, ["default"]], ids=repr)
+def test_check_settings_rejects_a_result_listen_database_that_is_no_alias(value):
+    with override_settings(WORKHORSE_RESULT_LISTEN_DATABASE=value):
+        assert check_settings() == [
+            Error(
+                f"WORKHORSE_RESULT_LISTEN_DATABASE must be None, 'none' or an alias of DATABASES, got {value!r}.",
+                id="workhorse.E013",
+            )
+        ]
+
+
 @pytest.mark.parametrize("limit", [1, 1000], ids=["1", "1000"])
 def test_check_settings_accepts_concurrency_limits_at_edge(limit):
     with override_settings(WORKHORSE_DEFAULT_CONCURRENCY_LIMIT=limit, WORKHORSE_CONCURRENCY_LIMITS={"k": limit}):
@@ -240,6 +257,7 @@ def test_check_settings_rejects_a_prepared_statements_value_that_is_not_a_bool(p
         ("MAINTENANCE_INTERVAL", timedelta(0), "workhorse.E005"),
         ("WORKER_STALE_AFTER", timedelta(0), "workhorse.E006"),
         ("RESULT_RETENTION", timedelta(0), "workhorse.E011"),
+        ("RESULT_LISTEN_DATABASE", "nowhere", "workhorse.E013"),
         ("DEFAULT_CONCURRENCY_LIMIT", 0, "workhorse.E007"),
         ("CONCURRENCY_LIMITS", {"k": 0}, "workhorse.E008"),
         ("MAX_RESULT_BYTES", 0, "workhorse.E009"),

@@ -40,6 +40,7 @@ DEFAULTS = {
     "METRICS_JOB_TYPE_LABEL": False,
     "TASK_MODULES": (),
     "ALLOW_FUTURE_NOW": False,
+    "RESULT_LISTEN_DATABASE": None,
 }
 OVERRIDES = {
     "MAX_PAYLOAD_BYTES": 2048,
@@ -67,6 +68,7 @@ OVERRIDES = {
     "METRICS_JOB_TYPE_LABEL": True,
     "TASK_MODULES": ("myproject.tasks",),
     "ALLOW_FUTURE_NOW": True,
+    "RESULT_LISTEN_DATABASE": "other",
 }
 
 

@@ -144,6 +144,42 @@ def test_each_enqueue_outcome_is_counted_once_under_its_queue_mode_and_outcome(s
     assert durations[labels(mode="idempotency")] == 2
 
 
+def test_a_workflow_counts_each_step_under_the_mode_workflow_and_its_key_once(scraper):
+    from django_workhorse import WorkflowDefinitionError
+    from django_workhorse.workflows import Workflow
+
+    def fulfil(amount: int) -> Workflow:
+        wf = Workflow("m", idempotency=Idempotency("wf-1", scope="metrics-wf"))
+        charge = wf.add("charge", EnqueueRequest("tests.record", {"n": amount}, EnqueueOptions(queue="m-wf-a")))
+        wf.add("pack", EnqueueRequest("tests.record", {"n": 1}, EnqueueOptions(queue="m-wf-b")), after=[charge])
+        wf.add("mail", EnqueueRequest("tests.record", {"n": 2}, EnqueueOptions(queue="m-wf-b")), after=[charge])
+        return wf
+
+    before = scraper.samples()
+    fulfil(5).enqueue()
+    fulfil(5).enqueue()  # replayed
+    with pytest.raises(EnqueueIdempotencyConflictError):
+        fulfil(6).enqueue()
+    with pytest.raises(WorkflowDefinitionError):
+        Workflow("m").enqueue()  # no step
+    after = scraper.samples()
+
+    assert changes(before, after, REQUESTS) == {
+        per_job(queue="m-wf-a", mode="workflow", outcome="accepted"): 1,
+        per_job(queue="m-wf-b", mode="workflow", outcome="accepted"): 2,
+        per_job(queue="m-wf-a", mode="workflow", outcome="replayed"): 1,
+        per_job(queue="m-wf-b", mode="workflow", outcome="replayed"): 2,
+        per_job(queue="", mode="workflow", outcome="conflict"): 1,
+        per_job(queue="", mode="", outcome="invalid"): 1,
+    }
+    assert changes(before, after, KEYED) == {
+        labels(scope="metrics-wf", outcome="accepted"): 1,
+        labels(scope="metrics-wf", outcome="replayed"): 1,
+        labels(scope="metrics-wf", outcome="conflict"): 1,
+    }
+    assert changes(before, after, "workhorse_enqueue_duration_seconds_count") == {labels(mode="workflow"): 2}
+
+
 def test_a_batch_is_counted_per_request_and_timed_once_as_a_batch(scraper):
     before = scraper.samples()
     plain = EnqueueOptions(queue="m-batch")

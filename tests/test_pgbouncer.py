@@ -373,6 +373,36 @@ def test_a_pooled_commit_notifies_a_direct_listener(listener):
     assert listener(30, count=1) == ["mail"]
 
 
+def test_a_wait_through_the_pooler_is_woken_by_the_result_listener_on_the_direct_alias(settings, monkeypatch):
+    from django_workhorse import wait_for as wait_for_result
+    from django_workhorse.awaiting import listener as listeners
+    from django_workhorse.awaiting import waiting
+
+    settings.WORKHORSE_RESULT_LISTEN_DATABASE = "default"  # LISTEN straight to PostgreSQL
+    monkeypatch.setattr(waiting, "POLL_SECONDS", 3600.0)  # only a wake-up can end the wait
+    monkeypatch.setattr(waiting, "DOWN_POLL_SECONDS", 3600.0)
+    job_id = enqueue("tests.record", {"n": 3}, using=POOLED)
+    got: list[Any] = []
+
+    def wait() -> None:
+        try:
+            got.append(wait_for_result(job_id, timeout=60, using=POOLED))
+        finally:
+            connections.close_all()
+
+    waiter = threading.Thread(target=wait, daemon=True)
+    waiter.start()
+    try:
+        wait_for(lambda: Job.objects.filter(pk=job_id, awaited=True).exists(), what="the wait's flag")
+        wait_for(listeners.listener("default").up.is_set, what="the direct result listener")
+        run_worker(using=POOLED)  # the outcome commits through the pooler and notifies
+        waiter.join(30)
+        assert got == [{"n": 3}]
+        assert listeners.listener(POOLED).connections == 0  # nothing LISTENed through the pooler
+    finally:
+        listeners.listener("default").stop()
+
+
 # -- the worker -------------------------------------------------------------------------------------
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from django.db import connection
 
 from django_workhorse import (
     EnqueueOptions,
@@ -23,10 +22,10 @@ from django_workhorse import (
 from django_workhorse.models import Job, JobStatus
 from django_workhorse.workflows import Workflow
 from django_workhorse.workflows.fingerprint import field_digests, graph_digest
+from tests.test_workflow_enqueue import rows
 from tests.worker_tasks import CALLS, run_worker
 
 KEY = Idempotency("chord:1", scope="tests.canvas")
-TABLES = ("workhorse_workflow", "workhorse_job", "workhorse_job_dependency", "workhorse_binding", "workhorse_job_event")
 
 
 def request(job_type: str = "tests.wf.context", payload: Any = None) -> EnqueueRequest:
@@ -40,15 +39,6 @@ def graph(workflow: Workflow) -> dict[str, tuple[str, ...]]:
 
 def fingerprint(workflow: Workflow) -> bytes:
     return graph_digest(field_digests(workflow.plan()))
-
-
-def rows() -> dict[str, int]:
-    with connection.cursor() as cursor:
-        counts = {}
-        for table in TABLES:
-            cursor.execute(f"SELECT count(*) FROM {table}")
-            counts[table] = cursor.fetchone()[0]
-        return counts
 
 
 # -- graphs and names ---------------------------------------------------------------------------------

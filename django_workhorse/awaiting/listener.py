@@ -21,7 +21,7 @@ from typing import Any
 import psycopg
 
 from django_workhorse import sql
-from django_workhorse.conf import app_settings
+from django_workhorse.conf import NO_RESULT_LISTENER, app_settings
 
 logger = logging.getLogger(__name__)
 # How long a listener keeps its connection after its last waiter left.
@@ -152,15 +152,38 @@ class Listener:
             waiter.wake(source)
 
 
+class Polling:
+    """No listener (``WORKHORSE_RESULT_LISTEN_DATABASE = "none"``): nothing wakes a wait, which polls."""
+
+    def __init__(self) -> None:
+        self.up = threading.Event()  # never set: waits poll at the "down" interval
+
+    def register(self, job_ids: Iterable[int], waiter: Waiter) -> None:
+        """Nothing to register with."""
+
+    def unregister(self, job_ids: Iterable[int], waiter: Waiter) -> None:
+        """Nothing to unregister from."""
+
+
+POLLING = Polling()
 _listeners: dict[tuple[int, str], Listener] = {}
 _listeners_lock = threading.Lock()
 
 
 def listener(alias: str) -> Listener:
-    """This process's listener for ``alias`` (a forked child gets its own)."""
+    """This process's listener on the connection of ``alias`` (a forked child gets its own)."""
     key = (os.getpid(), alias)
     with _listeners_lock:
         found = _listeners.get(key)
         if found is None:
             found = _listeners[key] = Listener(alias)
         return found
+
+
+def listener_for(alias: str) -> Listener | Polling:
+    """What wakes the waits that read ``alias``: the listener on ``WORKHORSE_RESULT_LISTEN_DATABASE``
+    (by default ``alias`` itself), or ``POLLING`` when that setting is ``"none"``."""
+    listen_alias = app_settings.RESULT_LISTEN_DATABASE
+    if listen_alias == NO_RESULT_LISTENER:
+        return POLLING
+    return listener(listen_alias or alias)

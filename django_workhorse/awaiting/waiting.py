@@ -196,7 +196,7 @@ def wait(target: Target, alias: str, seconds: float) -> Any:
     deadline = time.monotonic() + seconds
     woken = threading.Event()
     waiter = listeners.thread_waiter(woken)
-    listener = listeners.listener(alias)
+    listener = listeners.listener_for(alias)
     listener.register(target.job_ids(), waiter)
     try:
         while True:
@@ -217,7 +217,7 @@ async def await_target(target: Target, alias: str, seconds: float) -> Any:
     deadline = time.monotonic() + seconds
     woken = asyncio.Event()
     waiter = listeners.future_waiter(asyncio.get_running_loop(), woken)
-    listener = listeners.listener(alias)
+    listener = listeners.listener_for(alias)
     listener.register(target.job_ids(), waiter)
     look = sync_to_async(_look, thread_sensitive=True)
     try:
@@ -244,7 +244,7 @@ def _look(target: Target, alias: str) -> Any:
         return PENDING
 
 
-def _poll_seconds(listener: listeners.Listener) -> float:
+def _poll_seconds(listener: listeners.Listener | listeners.Polling) -> float:
     return POLL_SECONDS if listener.up.is_set() else DOWN_POLL_SECONDS
 
 

@@ -45,6 +45,19 @@ def enqueue_settled(requests: Sequence[PreparedJob], results: Sequence[EnqueueRe
         _metrics.enqueue_settled(requests, results, time.perf_counter() - started)
 
 
+def workflow_settled(steps: Sequence[PreparedJob], scope: str | None, outcome: str, started: float) -> None:
+    """Count a workflow's enqueue: each step as a request of mode ``workflow`` with the workflow's
+    outcome, its key once under ``scope``; time the call."""
+    if _metrics is not None:
+        _metrics.workflow_settled(steps, scope, outcome, time.perf_counter() - started)
+
+
+def workflow_conflicted(scope: str) -> None:
+    """Count a keyed workflow's enqueue refused as a ``conflict`` (once, not per step)."""
+    if _metrics is not None:
+        _metrics.workflow_conflicted(scope)
+
+
 def enqueue_refused(outcome: str, request: PreparedJob | None) -> None:
     """Count an enqueue call refused as ``conflict`` or ``invalid`` (``request``: the one at fault,
     if it was prepared; else queue and mode are counted as empty)."""

@@ -8,6 +8,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
+from typing import Any
 
 from django_workhorse.sql.connection import execute, run
 from django_workhorse.sql.keys import FREE, TERMINAL
@@ -193,6 +194,17 @@ class PruneCursor:
     id: int = 0
 
 
+def _chunk_params(before: datetime, results_before: datetime, limit: int, after: PruneCursor) -> dict[str, Any]:
+    """The parameters of one chunk of a walk of workhorse_job_finished_idx from ``after``."""
+    return {
+        "before": before,
+        "results_before": results_before,
+        "limit": limit,
+        "after_at": after.finished_at,
+        "after_id": after.id,
+    }
+
+
 def prune_finished_jobs(
     alias: str,
     *,
@@ -203,14 +215,7 @@ def prune_finished_jobs(
 ) -> tuple[int, PruneCursor | None]:
     """Run PRUNE_FINISHED_JOBS once; return how many jobs were deleted and the cursor of the next
     chunk (None when this chunk was the last: it had fewer than ``limit`` candidates)."""
-    params = {
-        "before": before,
-        "results_before": results_before,
-        "limit": limit,
-        "after_at": after.finished_at,
-        "after_id": after.id,
-    }
-    rows = execute(alias, PRUNE_FINISHED_JOBS, params)
+    rows = execute(alias, PRUNE_FINISHED_JOBS, _chunk_params(before, results_before, limit, after))
     if not rows:
         return 0, None
     deleted, finished_at, last_id, candidates = rows[0]
@@ -227,14 +232,7 @@ def lock_finished_workflows(
 ) -> tuple[list[int], PruneCursor | None]:
     """Run LOCK_FINISHED_WORKFLOWS (in the caller's transaction); return the workflows locked whole
     and the cursor of the next chunk (None when this chunk was the last)."""
-    params = {
-        "before": before,
-        "results_before": results_before,
-        "limit": limit,
-        "after_at": after.finished_at,
-        "after_id": after.id,
-    }
-    rows = execute(alias, LOCK_FINISHED_WORKFLOWS, params)
+    rows = execute(alias, LOCK_FINISHED_WORKFLOWS, _chunk_params(before, results_before, limit, after))
     if not rows:
         return [], None
     workflow_ids, finished_at, last_id, candidates = rows[0]

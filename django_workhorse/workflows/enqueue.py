@@ -17,8 +17,9 @@ from django_workhorse.enqueueing.fingerprints import (
     key_hash,
     key_preview,
 )
-from django_workhorse.exceptions import KeyNotSettledError, WorkflowConflictError
+from django_workhorse.exceptions import InvalidArgumentError, KeyNotSettledError, WorkflowConflictError
 from django_workhorse.models import Job
+from django_workhorse.observability import instruments
 from django_workhorse.sql.workflows import FoundBinding, WorkflowKey, enqueue_workflow, find_workflow
 from django_workhorse.types import EnqueueOutcome, KeyMode
 from django_workhorse.workflows.fingerprint import differing_steps, field_digests, graph_digest
@@ -30,7 +31,23 @@ if TYPE_CHECKING:  # definition imports this module when a workflow is enqueued
 
 def enqueue(workflow: Workflow, *, using: str | None = None) -> WorkflowResult:
     """Enqueue ``workflow`` in the caller's transaction; see :meth:`Workflow.enqueue`."""
-    plan = workflow.plan()
+    started = instruments.clock()
+    try:
+        plan = workflow.plan()
+    except InvalidArgumentError:
+        instruments.enqueue_refused("invalid", None)
+        raise
+    scope = None if plan.idempotency is None else plan.idempotency.scope
+    try:
+        result = _enqueue(plan, using)
+    except WorkflowConflictError as exc:
+        instruments.workflow_conflicted(exc.scope)
+        raise
+    instruments.workflow_settled([step.prepared for step in plan.steps], scope, result.outcome.value, started)
+    return result
+
+
+def _enqueue(plan: Plan, using: str | None) -> WorkflowResult:
     alias = using or router.db_for_write(Job)
     digests = field_digests(plan)
     fingerprint = graph_digest(digests)

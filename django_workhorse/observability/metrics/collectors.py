@@ -31,8 +31,8 @@ HANDLER_BUCKETS = (0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.
 # WORKHORSE_METRICS_JOB_TYPE_LABEL is on: job types are as many as the project's tasks.
 ENQUEUE_REQUESTS = Counter(
     "workhorse_enqueue_requests",
-    "Enqueue requests by queue, keyed mode and outcome (accepted, replayed, replaced, non_replaceable, "
-    "coalesced, conflict, invalid).",
+    "Enqueue requests by queue, keyed mode (workflow: a workflow's steps) and outcome (accepted, replayed, "
+    "replaced, non_replaceable, coalesced, conflict, invalid).",
     ["queue", "mode", "outcome", "job_type"],
 )
 KEYED_REQUESTS_NAME = "workhorse_keyed_requests"
@@ -44,7 +44,7 @@ KEYED_REQUESTS = Counter(
 )
 ENQUEUE_DURATION = Histogram(
     "workhorse_enqueue_duration_seconds",
-    "Time of one enqueue call (its statements included), by keyed mode (batch for enqueue_many).",
+    "Time of one enqueue call (its statements included), by keyed mode (batch for enqueue_many, workflow).",
     ["mode"],
     buckets=FAST_BUCKETS,
 )
@@ -106,6 +106,8 @@ SCHEDULES_LEFT_OUT = Gauge(
 # The mode label of enqueue_many's calls; the labels of a request refused before its queue and
 # mode were known to be valid (and the job_type label while it is off).
 BATCH = "batch"
+CONFLICT = "conflict"
+WORKFLOW = "workflow"  # the mode label of a workflow's steps, and of its enqueue's duration
 UNKNOWN = ""
 
 
@@ -142,6 +144,20 @@ def enqueue_settled(requests: Sequence[PreparedJob], results: Sequence[EnqueueRe
         for (scope, outcome), count in keyed.items():
             child(KEYED_REQUESTS, scope, outcome).inc(count)
     child(ENQUEUE_DURATION, mode_name(requests[0]) if len(requests) == 1 else BATCH).observe(seconds)
+
+
+def workflow_settled(steps: Sequence[PreparedJob], scope: str | None, outcome: str, seconds: float) -> None:
+    counts = collections.Counter((step.queue, job_type_label(step.job_type)) for step in steps)
+    for (queue, job_type), count in counts.items():
+        child(ENQUEUE_REQUESTS, queue, WORKFLOW, outcome, job_type).inc(count)
+    if scope is not None:
+        child(KEYED_REQUESTS, scope, outcome).inc()
+    child(ENQUEUE_DURATION, WORKFLOW).observe(seconds)
+
+
+def workflow_conflicted(scope: str) -> None:
+    child(ENQUEUE_REQUESTS, UNKNOWN, WORKFLOW, CONFLICT, UNKNOWN).inc()
+    child(KEYED_REQUESTS, scope, CONFLICT).inc()
 
 
 def enqueue_refused(outcome: str, request: PreparedJob | None) -> None:
