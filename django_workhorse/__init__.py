@@ -85,6 +85,7 @@ if TYPE_CHECKING:
     from django_workhorse.worker import HandlerContext
     from django_workhorse.workflows.canvas import chain, chord, group
     from django_workhorse.workflows.definition import Workflow
+    from django_workhorse.workflows.operations import cancel_workflow, workflow_state
     from django_workhorse.workflows.result import WorkflowResult
 
 try:
@@ -128,6 +129,8 @@ _LAZY = {
     "chain": "django_workhorse.workflows.canvas",
     "group": "django_workhorse.workflows.canvas",
     "chord": "django_workhorse.workflows.canvas",
+    "cancel_workflow": "django_workhorse.workflows.operations",
+    "workflow_state": "django_workhorse.workflows.operations",
     "wait_for": "django_workhorse.awaiting.waiting",
     "await_for": "django_workhorse.awaiting.waiting",
 }
@@ -209,6 +212,7 @@ __all__ = [
     "await_for",
     "breaker_states",
     "cancel",
+    "cancel_workflow",
     "chain",
     "chord",
     "drain_queue",
@@ -234,4 +238,5 @@ __all__ = [
     "run_schedule_now",
     "task",
     "wait_for",
+    "workflow_state",
 ]

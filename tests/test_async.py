@@ -19,6 +19,7 @@ from django_workhorse import (
     aenqueue_with_result,
 )
 from django_workhorse.models import Job
+from django_workhorse.workflows import WorkflowResult
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the coroutines run on another thread
 
@@ -50,3 +51,23 @@ def test_aenqueue_many_answers_in_input_order():
     results = asyncio.run(aenqueue_many(requests))
     assert [r.outcome for r in results] == [EnqueueOutcome.ACCEPTED] * 3
     assert [Job.objects.get(pk=r.job_id).payload for r in results] == [{"n": 0}, {"n": 1}, {"n": 2}]
+
+
+def test_a_workflows_aenqueue_enqueues_and_replays_like_enqueue():
+    from django_workhorse import Workflow
+
+    def fulfil() -> Workflow:
+        wf = Workflow("async fulfil", idempotency=Idempotency("async-fulfil-1"))
+        wf.add("charge", EnqueueRequest("tests.record", {"n": 1}))
+        wf.add("close", EnqueueRequest("tests.record", {"n": 2}), after=["charge"])
+        return wf
+
+    async def twice() -> tuple[WorkflowResult, WorkflowResult]:
+        return await fulfil().aenqueue(), await fulfil().aenqueue()
+
+    first, again = asyncio.run(twice())
+
+    assert (first.outcome, again.outcome) == (EnqueueOutcome.ACCEPTED, EnqueueOutcome.REPLAYED)
+    assert again.jobs == first.jobs and again.workflow_id == first.workflow_id
+    steps = dict(Job.objects.values_list("step_name", "status"))
+    assert steps == {"charge": "queued", "close": "waiting"}

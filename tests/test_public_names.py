@@ -102,6 +102,8 @@ PUBLIC = {
     "chain": "django_workhorse.workflows.canvas",
     "group": "django_workhorse.workflows.canvas",
     "chord": "django_workhorse.workflows.canvas",
+    "cancel_workflow": "django_workhorse.workflows.operations",
+    "workflow_state": "django_workhorse.workflows.operations",
     # Operations
     "cancel": "django_workhorse.operations.actions",
     "purge": "django_workhorse.operations.actions",

@@ -8,6 +8,7 @@ has written nothing and the caller's transaction stays usable.
 
 from __future__ import annotations
 
+import functools
 import heapq
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -140,6 +141,16 @@ class Workflow:
         from django_workhorse.workflows.enqueue import enqueue  # touches the database: not at import
 
         return enqueue(self, using=using)
+
+    async def aenqueue(self, *, using: str | None = None) -> WorkflowResult:
+        """Async :meth:`enqueue`, for async views: runs it on Django's thread for database work.
+
+        It commits on its own (Django has no async transactions): to enqueue a workflow in a
+        transaction with other writes, call :meth:`enqueue` in the same ``sync_to_async`` function.
+        """
+        from asgiref.sync import sync_to_async  # noqa: PLC0415 (as enqueue: only when called)
+
+        return await sync_to_async(functools.partial(self.enqueue, using=using), thread_sensitive=True)()
 
     def plan(self) -> Plan:
         """Check the whole workflow and return its :class:`Plan`, steps in topological order.
