@@ -24,6 +24,7 @@ from django.db import InterfaceError, OperationalError, connections, router
 
 from django_workhorse import sql
 from django_workhorse.awaiting import listener as listeners
+from django_workhorse.enqueueing.key_lifetimes import TERMINAL_JOB_STATUSES
 from django_workhorse.enqueueing.storable import check_id
 from django_workhorse.exceptions import (
     InvalidArgumentError,
@@ -42,7 +43,7 @@ from django_workhorse.worker import current
 POLL_SECONDS = 1.0
 DOWN_POLL_SECONDS = 0.2
 MAX_WAIT = timedelta(days=365)
-TERMINAL = frozenset({"succeeded", "dead", "cancelled"})
+TERMINAL = frozenset(TERMINAL_JOB_STATUSES)
 
 
 class Pending:

@@ -15,8 +15,7 @@ from typing import Any
 
 from django_workhorse.conf import app_settings
 from django_workhorse.sql.connection import decode_json, execute, run
-
-TERMINAL = "('succeeded', 'dead', 'cancelled')"
+from django_workhorse.sql.keys import TERMINAL
 
 # The CASE an ending statement adds per ended row (``{row}`` has id, status and awaited, as the
 # statement wrote them): a notification for a flagged job that ended, nothing otherwise.
