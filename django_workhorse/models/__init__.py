@@ -100,6 +100,7 @@ from django_workhorse.models.schedules import (
 )
 from django_workhorse.models.workers import (
     Lease,
+    WorkerKind,
     WorkerRecord,
 )
 from django_workhorse.models.workflows import (
@@ -185,6 +186,7 @@ __all__ = [
     "WORKFLOW_NAME_CHECK",
     "WORKFLOW_SCOPE_CHECK",
     "WORKFLOW_STEP_COUNT_CHECK",
+    "WorkerKind",
     "WorkerRecord",
     "Workflow",
     "hashed_key_constraints",

@@ -9,6 +9,15 @@ from django_workhorse.models.base import (
 )
 
 
+class WorkerKind(models.TextChoices):
+    """What a registry row stands for: a worker of its own, a supervisor of worker processes, or one
+    of a supervisor's children (``workhorse_worker --processes N``)."""
+
+    WORKER = "worker"
+    SUPERVISOR = "supervisor"
+    CHILD = "child"
+
+
 class WorkerRecord(models.Model):
     """A running worker process, registered at start and removed on a clean exit."""
 
@@ -19,6 +28,21 @@ class WorkerRecord(models.Model):
     concurrency = models.IntegerField()
     started_at = models.DateTimeField()
     heartbeat_at = models.DateTimeField()
+    job_types = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="The job types this worker has handlers for: its claims take only those (NULL: not said).",
+    )
+    kind = models.CharField(max_length=20, choices=WorkerKind.choices, default=WorkerKind.WORKER, db_default="worker")
+    supervisor = models.CharField(
+        max_length=255, blank=True, default="", db_default="", help_text="A child's supervisor (its name)."
+    )
+    state = models.CharField(
+        max_length=20,
+        default="running",
+        db_default="running",
+        help_text="running, draining, recycling or waiting for the database, as the process last said.",
+    )
 
     class Meta:
         db_table = "workhorse_worker"
