@@ -53,4 +53,7 @@ STATIC_URL = "static/"
 # fixture starts it and fills in the address, and a worker subprocess reads it from the environment.
 DATABASES.update(pooled_databases(DATABASES["default"]))
 # A worker subprocess behind a PgBouncer that keeps no prepared statements is started with "0".
+# The test modules that declare django.tasks tasks: a worker claims such a task's jobs only under an
+# installed app or one of these (it advertises them as module prefixes).
+WORKHORSE_TASK_MODULES = ["tests.test_django_tasks_backend", "tests.test_outcomes_integrations"]
 WORKHORSE_PREPARED_STATEMENTS = os.environ.get("WORKHORSE_TEST_PREPARED_STATEMENTS", "1") == "1"

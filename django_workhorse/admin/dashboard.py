@@ -47,6 +47,7 @@ def dashboard_view(model_admin: admin.ModelAdmin, request: HttpRequest) -> HttpR
         "depths": depths,
         "queue_rows": [(depth, paused.get(depth.queue)) for depth in depths],
         "paused": list(paused.values()),
+        "without_handler": stats.jobs_without_handler(now=now)[: stats.MAX_WARNING_NAMES],
         "fair_queues": set(fair_queues()),
         "throughput": throughput,
         "chart": throughput_chart(throughput),

@@ -92,9 +92,13 @@ def may_import(module: str) -> bool:
     """
     if module in sys.modules:
         return True
-    roots = [config.name for config in apps.get_app_configs()]
-    roots.extend(app_settings.TASK_MODULES)
-    return any(module == root or module.startswith(f"{root}.") for root in roots)
+    return any(module == root or module.startswith(f"{root}.") for root in import_roots())
+
+
+def import_roots() -> list[str]:
+    """Return the packages whose modules may be imported to find a task: the installed apps and the
+    ``WORKHORSE_TASK_MODULES`` entries. A worker advertises them as ``root.*`` (its claims take those)."""
+    return [config.name for config in apps.get_app_configs()] + list(app_settings.TASK_MODULES)
 
 
 def new_result(task: Task[..., Any], args: Any, kwargs: Any, *, backend: str) -> WorkhorseTaskResult:

@@ -27,7 +27,14 @@ from django_workhorse.backends._framework import (
     task_started,
 )
 from django_workhorse.backends.backend import WorkhorseBackend
-from django_workhorse.backends.results import FAILED, SUCCESSFUL, WorkhorseTaskResult, import_task, may_import
+from django_workhorse.backends.results import (
+    FAILED,
+    SUCCESSFUL,
+    WorkhorseTaskResult,
+    import_roots,
+    import_task,
+    may_import,
+)
 from django_workhorse.exceptions import DjangoTaskNotFoundError, WorkhorseBackendNotConfiguredError
 from django_workhorse.outcomes.values import Cancel, Snooze
 from django_workhorse.tasks.registry import Handler, add_resolver
@@ -103,7 +110,7 @@ def resolve_handler(job_type: str) -> Handler | None:
     return Handler(job_type, TaskRunner(job_type), takes_context=True, spreads_payload=False)
 
 
-add_resolver(resolve_handler)
+add_resolver(resolve_handler, prefixes=import_roots)
 
 
 def _backend_for(job_type: str) -> WorkhorseBackend:

@@ -288,6 +288,64 @@ def unknown_job_types(*, using: str | None = None, limit: int = MAX_WARNING_NAME
     return NamedCounts(unknown[:limit], max(len(unknown) - limit, 0))
 
 
+@dataclass(frozen=True)
+class WithoutHandler:
+    """Queued jobs of one type in one queue that no live worker serving the queue can run."""
+
+    queue: str
+    job_type: str
+    jobs: int
+
+
+def jobs_without_handler(
+    *, using: str | None = None, now: datetime | None = None, limit: int = MAX_JOB_TYPES_CHECKED
+) -> list[WithoutHandler]:
+    """Return the queued jobs (due or not) that wait for a handler, by queue and job type, most first:
+    live workers serve their queue, and none of them registered their type (decision 0021, "Capability").
+
+    A worker whose row says nothing of its job types (``job_types`` NULL: a worker from before
+    capabilities) could run any type; a queue no live worker serves is ``unserved_queues``' warning, not
+    this one. At most ``limit`` (queue, type) pairs are read, those with the most jobs first.
+    """
+    now = now or timezone.now()
+    alias = using or router.db_for_read(WorkerRecord)
+    live = WorkerRecord.objects.using(alias).filter(heartbeat_at__gte=now - app_settings.WORKER_STALE_AFTER)
+    capable: dict[str, list[list[str] | None]] = {}
+    for queues, job_types in live.values_list("queues", "job_types"):
+        for queue in queues if isinstance(queues, list) else ():
+            capable.setdefault(queue, []).append(job_types if isinstance(job_types, list) else None)
+    if not capable:
+        return []
+    rows = (
+        _jobs(using)
+        .filter(status=JobStatus.QUEUED, queue__in=list(capable))
+        .values("queue", "job_type")
+        .annotate(jobs=Count("id"))
+        .order_by("-jobs", "queue", "job_type")[:limit]
+    )
+    return [
+        WithoutHandler(row["queue"], row["job_type"], row["jobs"])
+        for row in rows
+        if not any(can_run(job_types, row["job_type"]) for job_types in capable[row["queue"]])
+    ]
+
+
+def can_run(job_types: list[str] | None, job_type: str) -> bool:
+    """Return whether a worker that registered ``job_types`` claims jobs of ``job_type`` (None: any)."""
+    if job_types is None or job_type in job_types:
+        return True
+    return any(entry.endswith(".*") and job_type.startswith(entry[:-1]) for entry in job_types)
+
+
+def types_without_handler(*, using: str | None = None, limit: int = MAX_WARNING_NAMES) -> NamedCounts:
+    """Return the job types of ``jobs_without_handler``, with their queued jobs over all queues, most first."""
+    totals: dict[str, int] = {}
+    for found in jobs_without_handler(using=using):
+        totals[found.job_type] = totals.get(found.job_type, 0) + found.jobs
+    names = sorted(totals.items(), key=lambda item: (-item[1], item[0]))
+    return NamedCounts(names[:limit], max(len(names) - limit, 0))
+
+
 def open_breakers(*, using: str | None = None, limit: int = MAX_WARNING_NAMES) -> NamedCounts:
     """Return the circuit breakers that are not closed (open or half-open), with the jobs each holds,
     most first."""
@@ -355,6 +413,12 @@ def status_warnings(
             "Queued jobs of types no handler in this process knows",
             "queued",
             unknown_job_types(using=using),
+        ),
+        StatusWarning(
+            "job_without_handler",
+            "Queued jobs of types no live worker has a handler for (they wait, using no attempt)",
+            "queued",
+            types_without_handler(using=using),
         ),
         StatusWarning(
             "paused_queue_with_jobs",

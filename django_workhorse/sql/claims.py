@@ -379,6 +379,24 @@ _FAIR_BRANCHES = _CLAIM_TEMPLATE[
 ]
 _UNFAIR_TEMPLATE = _CLAIM_TEMPLATE.replace(_FAIR_CTES, "WITH ").replace(_FAIR_BRANCHES, "")
 assert "fair" not in _UNFAIR_TEMPLATE.replace("unfair", "")
+# Capability (decision 0021, "Capability"): a worker's claim takes only the job types it has handlers
+# for, %(job_types)s exactly or by a module prefix %(job_type_patterns)s (LIKE patterns 'module.%%',
+# for the django.tasks backend's tasks, found by import). A filter on each branch's candidates: the
+# jobs of other types ahead of them in claim order are read past (heap rows of the ready index's
+# entries), so a worker never locks, holds or counts an attempt of a job it cannot run. A claim
+# without a capability (eager mode: the caller's own process runs the job) has no filter.
+DUE_FILTERS = (
+    "WHERE status = 'queued' AND queue = wanted.queue AND run_at <= clock_timestamp()",
+    "WHERE status = 'queued' AND partition_key IS NOT NULL AND queue = fair_keys.queue",
+    "WHERE status = 'queued' AND queue = fair.queue AND run_at <= clock_timestamp()",
+)
+CAPABLE = "(job_type = ANY(%(job_types)s::text[]) OR job_type LIKE ANY(%(job_type_patterns)s::text[]))"
+
+
+def _capable(template: str) -> str:
+    for due in DUE_FILTERS:
+        template = template.replace(due, f"{due}\n          AND {CAPABLE}")
+    return template
 
 
 def _claim_statement(template: str, *, rated: bool) -> str:
@@ -391,6 +409,10 @@ CLAIM = _claim_statement(_UNFAIR_TEMPLATE, rated=False)
 CLAIM_RATED = _claim_statement(_UNFAIR_TEMPLATE, rated=True)
 CLAIM_FAIR = _claim_statement(_CLAIM_TEMPLATE, rated=False)
 CLAIM_FAIR_RATED = _claim_statement(_CLAIM_TEMPLATE, rated=True)
+CLAIM_CAPABLE, CLAIM_CAPABLE_RATED, CLAIM_FAIR_CAPABLE, CLAIM_FAIR_CAPABLE_RATED = (
+    _capable(statement) for statement in (CLAIM, CLAIM_RATED, CLAIM_FAIR, CLAIM_FAIR_RATED)
+)
+assert CLAIM_CAPABLE.count(CAPABLE) == 1 and CLAIM_FAIR_CAPABLE.count(CAPABLE) == 3
 
 
 # claim_job: lease one queued job by id, due now unless %(scheduled)s (eager mode runs it in the
@@ -530,8 +552,25 @@ _generic_plan_connections: weakref.WeakSet[Any] = weakref.WeakSet()
 NO_RATE_LIMITS = "{}"
 
 
-# The claim statement by (any fair queue, any rate limit configured).
-_CLAIMS = {(False, False): CLAIM, (False, True): CLAIM_RATED, (True, False): CLAIM_FAIR, (True, True): CLAIM_FAIR_RATED}
+# The claim statement by (any fair queue, any rate limit configured, a capability given).
+_CLAIMS = {
+    (False, False, False): CLAIM, (False, True, False): CLAIM_RATED,
+    (True, False, False): CLAIM_FAIR, (True, True, False): CLAIM_FAIR_RATED,
+    (False, False, True): CLAIM_CAPABLE, (False, True, True): CLAIM_CAPABLE_RATED,
+    (True, False, True): CLAIM_FAIR_CAPABLE, (True, True, True): CLAIM_FAIR_CAPABLE_RATED,
+}  # fmt: skip
+
+
+def capability_parameters(job_types: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Split an advertised capability (``tasks.registry.capabilities()``) into the claim's parameters:
+    the exact job types, and a LIKE pattern ``module.%`` (``_`` and ``%`` escaped) per ``module.*``."""
+    exact = [name for name in job_types if not name.endswith(".*")]
+    patterns = [_like_prefix(name[:-1]) for name in job_types if name.endswith(".*")]
+    return exact, patterns
+
+
+def _like_prefix(prefix: str) -> str:
+    return prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
 
 
 def claim(
@@ -544,6 +583,7 @@ def claim(
     fair_queues: Sequence[tuple[str, str, bool]] = (),
     rate_limits: str = NO_RATE_LIMITS,
     rate_ahead_us: int = 0,
+    job_types: Sequence[str] | None = None,
 ) -> Claimed:
     """Run CLAIM (with generic plans when it is prepared); return the leased jobs in priority order,
     and how many candidates a circuit breaker or a rate limit held back.
@@ -552,8 +592,10 @@ def claim(
     in fair share from just after the partition key ``after`` ("" to start at the first key), its
     jobs without a key looked for when ``unkeyed``. ``rate_limits`` is the configured limits as
     ``admission.rate_limits.claim_parameter`` gives them; a job one admits up to ``rate_ahead_us``
-    microseconds ahead of its start (``ClaimedJob.start_in``) must not start before it.
+    microseconds ahead of its start (``ClaimedJob.start_in``) must not start before it. ``job_types``
+    (``tasks.registry.capabilities()``) limits the claim to the jobs of those types (None: any type).
     """
+    exact, patterns = capability_parameters(job_types or ())
     params = {
         "queues": list(queues),
         "fair_queues": [queue for queue, _, _ in fair_queues],
@@ -564,8 +606,10 @@ def claim(
         "worker": worker,
         "rate_limits": rate_limits,
         "rate_ahead": rate_ahead_us,
+        "job_types": exact,
+        "job_type_patterns": patterns,
     }
-    statement = _CLAIMS[bool(fair_queues), rate_limits != NO_RATE_LIMITS]
+    statement = _CLAIMS[bool(fair_queues), rate_limits != NO_RATE_LIMITS, job_types is not None]
     if not app_settings.PREPARED_STATEMENTS:
         return _claim(alias, statement, params)
     if connections[alias].settings_dict.get("DISABLE_SERVER_SIDE_CURSORS"):

@@ -48,11 +48,13 @@ WHERE id IN (
 """
 
 
-# register_worker: record this worker process (a restart under the same name replaces it).
+# register_worker: record this worker process and the job types it claims (a restart under the same
+# name replaces it; job_types NULL: not said, a worker from before capabilities, which claims any type).
 REGISTER_WORKER = """
-INSERT INTO workhorse_worker (name, host, pid, queues, concurrency, started_at, heartbeat_at)
-VALUES (%(name)s, %(host)s, %(pid)s, %(queues)s::jsonb, %(concurrency)s, clock_timestamp(), clock_timestamp())
-ON CONFLICT (name) DO UPDATE SET heartbeat_at = EXCLUDED.heartbeat_at
+INSERT INTO workhorse_worker (name, host, pid, queues, concurrency, started_at, heartbeat_at, job_types)
+VALUES (%(name)s, %(host)s, %(pid)s, %(queues)s::jsonb, %(concurrency)s, clock_timestamp(), clock_timestamp(),
+        %(job_types)s::jsonb)
+ON CONFLICT (name) DO UPDATE SET heartbeat_at = EXCLUDED.heartbeat_at, job_types = EXCLUDED.job_types
 """
 
 
@@ -165,9 +167,21 @@ WHERE flow.id = ANY(%(workflow_ids)s::bigint[]) AND {_WORKFLOW_DONE}
 """
 
 
-def register_worker(alias: str, *, name: str, host: str, pid: int, queues: Sequence[str], concurrency: int) -> None:
-    """Run REGISTER_WORKER."""
-    params = {"name": name, "host": host, "pid": pid, "queues": json.dumps(list(queues)), "concurrency": concurrency}
+def register_worker(
+    alias: str,
+    *,
+    name: str,
+    host: str,
+    pid: int,
+    queues: Sequence[str],
+    concurrency: int,
+    job_types: Sequence[str] | None = None,
+) -> None:
+    """Run REGISTER_WORKER (``job_types``: what the worker claims, ``tasks.registry.capabilities()``)."""
+    params = {
+        "name": name, "host": host, "pid": pid, "queues": json.dumps(list(queues)), "concurrency": concurrency,
+        "job_types": None if job_types is None else json.dumps(list(job_types)),
+    }  # fmt: skip
     run(alias, REGISTER_WORKER, params)
 
 

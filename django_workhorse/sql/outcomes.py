@@ -21,13 +21,16 @@ if TYPE_CHECKING:
 # status is 'succeeded', 'queued' (a retry or a snooze at run_at; 'cancelled' instead when
 # cancellation was requested meanwhile), 'cancelled' or 'dead'; each outcome brings its events. A
 # snooze consumes no attempt: it gives back the one its claim counted, counts a snooze and keeps
-# the last error of an earlier attempt (its events keep the claim's attempt number). Locks the
+# the last error of an earlier attempt (its events keep the claim's attempt number). A job given
+# back (its handler missing after all: decision 0021, "Capability") does the same but counts no snooze. Locks the
 # jobs in id order; announces on the result channel each flagged job it finished (sql.awaiting).
 # Built from fragments, which its releasing form below shares.
 OUTCOME_ROWS = """outcome AS (
     SELECT (o->>'id')::bigint AS id, (o->>'token')::uuid AS token, o->>'status' AS status,
            o->'result' AS result, o->>'error' AS error, (o->>'run_at')::timestamptz AS run_at,
-           o->'events' AS events, CASE WHEN (o->>'snoozed')::boolean THEN 1 ELSE 0 END AS snoozed
+           o->'events' AS events,
+           CASE WHEN (o->>'snoozed')::boolean OR (o->>'given_back')::boolean THEN 1 ELSE 0 END AS snoozed,
+           CASE WHEN (o->>'snoozed')::boolean THEN 1 ELSE 0 END AS snooze
     FROM jsonb_array_elements(%(outcomes)s::jsonb) AS o
 )"""
 _HELD_OUTCOMES = """held AS MATERIALIZED (
@@ -45,7 +48,7 @@ _FINISHED = """finished AS (
         run_at = coalesce(outcome.run_at, job.run_at), lease_token = NULL, lease_expires_at = NULL,
         finished_at = CASE WHEN outcome.status = 'queued' AND NOT job.cancel_requested
                            THEN NULL ELSE clock_timestamp() END,
-        attempt = job.attempt - outcome.snoozed, snoozes = job.snoozes + outcome.snoozed
+        attempt = job.attempt - outcome.snoozed, snoozes = job.snoozes + outcome.snooze
     FROM held JOIN outcome ON outcome.id = held.id
     WHERE job.id = held.id{only_parents}
     RETURNING job.id, job.attempt + outcome.snoozed AS attempt, outcome.events, job.status, job.workflow_id,
@@ -205,6 +208,7 @@ def _json_outcome(outcome: Any) -> str:
         "error": outcome.error,
         "run_at": outcome.run_at.isoformat() if outcome.run_at else None,
         "snoozed": outcome.kind == "snoozed",
+        "given_back": outcome.kind == "given_back",
         "events": [[kind, details] for kind, details in outcome.events],
     }
     text = json.dumps(fields, default=str)

@@ -21,6 +21,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 _handlers: dict[str, Handler] = {}
 # Asked, in order, for a job type nothing registered: the django.tasks backend resolves module paths.
 _resolvers: list[Callable[[str], Handler | None]] = []
+# What each resolver may supply, as module prefixes: what a worker advertises for it (capabilities()).
+_resolver_prefixes: list[Callable[[], list[str]]] = []
 _task_backends_imported = False
 # Whether this process imported the installed apps' tasks modules, for task_defaults.
 _tasks_discovered = _discovering = False
@@ -115,10 +117,28 @@ def _discover_tasks() -> None:
             _tasks_discovered, _discovering = True, False
 
 
-def add_resolver(resolver: Callable[[str], Handler | None]) -> None:
-    """Let ``resolver`` supply the handler of a job type that has none registered (once; it is then kept)."""
+def add_resolver(resolver: Callable[[str], Handler | None], *, prefixes: Callable[[], list[str]] | None = None) -> None:
+    """Let ``resolver`` supply the handler of a job type that has none registered (once; it is then kept).
+
+    ``prefixes`` says which job types it may supply: those that start with one of the module names it
+    returns followed by a dot. A worker advertises them (``capabilities``) and claims such jobs.
+    """
     if resolver not in _resolvers:
         _resolvers.append(resolver)
+        if prefixes is not None:
+            _resolver_prefixes.append(prefixes)
+
+
+def capabilities() -> list[str]:
+    """Return the job types this process has handlers for, as a worker advertises them: each registered
+    job type, then ``module.*`` for each module prefix a resolver (the django.tasks backend's) may supply.
+
+    A worker's claim takes only jobs whose type is in this list or starts with one of its ``module.``
+    prefixes (decision 0021, "Capability").
+    """
+    _import_task_backends()
+    prefixes = sorted({f"{prefix}.*" for listed in _resolver_prefixes for prefix in listed()})
+    return sorted(_handlers) + prefixes
 
 
 def get_handler(job_type: str) -> Handler:

@@ -17,6 +17,7 @@ from django_workhorse.conf import app_settings
 from django_workhorse.enqueueing.storable import check_json, storable_text
 from django_workhorse.exceptions import (
     AttemptTimeoutError,
+    HandlerNotRegisteredError,
     JobCancelledError,
     LeaseLostError,
     ResultNotStorableError,
@@ -60,8 +61,9 @@ class Outcome:
 
 # The outcome of an attempt: succeeded; retry (failed, runs again); snoozed (back to queued, no
 # attempt consumed); cancelled; failed (dead at once by the handler's decision: Fail, fail_on,
-# retry_on); dead (no attempt or time left); lost (the lease was gone). A bounded label set.
-OUTCOMES = ("succeeded", "retry", "snoozed", "cancelled", "failed", "dead", "lost")
+# retry_on); dead (no attempt or time left); lost (the lease was gone); given_back (no handler after
+# all, back to queued with no attempt consumed). A bounded label set.
+OUTCOMES = ("succeeded", "retry", "snoozed", "cancelled", "failed", "dead", "lost", "given_back")
 _KIND_OF_STATUS = {
     "succeeded": "succeeded",
     "queued": "retry",
@@ -88,6 +90,9 @@ def _execute(job: sql.claims.ClaimedJob, context: HandlerContext, started: Calla
     handler: Handler | None = None
     try:
         handler = get_handler(job.job_type)
+    except HandlerNotRegisteredError:
+        return given_back(job)
+    try:
         with current.running(job.id):
             value = handler.call(job.payload, context)
     except LeaseLostError:
@@ -144,6 +149,19 @@ def decision(job: sql.claims.ClaimedJob, decided: HandlerOutcome) -> Outcome:
         details = {"outcome": "fail", "reason": storable_text(decided.reason, MAX_DETAIL_CHARS)}
         return _failure(job, describe(decided), final=True, exception=decided, kind="failed", details=details)
     return failure(job, decided)  # a HandlerOutcome of no known kind: a failure like any other
+
+
+# How long a job whose handler this worker lacks after all is held before a claim sees it again.
+NO_HANDLER_HOLD = timedelta(seconds=5)
+
+
+def given_back(job: sql.claims.ClaimedJob) -> Outcome:
+    """Back to queued for ``NO_HANDLER_HOLD``, no attempt (and no snooze) consumed: the claim took a job
+    whose handler this worker cannot find after all (a racy edge: a django.tasks task missing from an
+    advertised module, a handler unregistered since the worker started), so another worker may run it."""
+    logger.warning("No handler for job type=%s id=%s: given back", job.job_type, job.id, extra=job_fields(job))
+    held = ("held", {"reason": "no handler", "until": (_now() + NO_HANDLER_HOLD).isoformat()})
+    return Outcome(job, "queued", run_at=_now() + NO_HANDLER_HOLD, events=(held,), kind="given_back")
 
 
 def _snoozed(job: sql.claims.ClaimedJob, snooze: Snooze) -> Outcome:
@@ -213,6 +231,8 @@ def _log_finished(outcome: Outcome, status: str) -> None:
     """Log how an attempt ended: a retry as a WARNING, a dead job as an ERROR, the rest as INFO."""
     job = outcome.job
     fields = {**job_fields(job), "status": status}
+    if outcome.kind == "given_back":
+        return  # logged when it was given back
     if status == "queued" and outcome.run_at is not None:
         error = error_head(outcome.error)
         logger.warning(

@@ -27,6 +27,7 @@ from django_workhorse.exceptions import WorkerThreadError
 from django_workhorse.observability import instruments
 from django_workhorse.observability.log_fields import job_fields, job_ids
 from django_workhorse.operations.maintenance import run_maintenance
+from django_workhorse.tasks import registry
 from django_workhorse.types import EnqueueOutcome
 from django_workhorse.worker import current
 from django_workhorse.worker.context import HandlerContext
@@ -70,8 +71,12 @@ class Worker:
         listen_using: str | None = "default",
         name: str | None = None,
         scheduler: bool = True,
+        job_types: Sequence[str] | None = None,
     ) -> None:
         self.queues = list(queues)
+        # What this worker claims: the job types it has handlers for (registry.capabilities(), read
+        # when it starts, unless given), registered on its row (decision 0021, "Capability").
+        self._job_types = None if job_types is None else list(job_types)
         # Fair queues (WORKHORSE_QUEUES) are claimed in fair share, each from its cursor on.
         self._queues_in_order, fair_queues = fair.split_queues(self.queues)
         self._fair = fair.FairCursors(fair_queues)
@@ -102,6 +107,13 @@ class Worker:
 
     # -- public --------------------------------------------------------------------------------
 
+    @property
+    def job_types(self) -> list[str]:
+        """The job types this worker claims (``module.*``: any job type in that module), as registered."""
+        if self._job_types is None:
+            self._job_types = registry.capabilities()
+        return self._job_types
+
     def run(self) -> WorkerStats:
         """Work until stopped (SIGTERM/SIGINT or :meth:`stop`), or until idle in burst mode.
 
@@ -123,6 +135,7 @@ class Worker:
             pid=os.getpid(),
             queues=self.queues,
             concurrency=self.concurrency,
+            job_types=self.job_types,
         )
         with self._signals_stop_me():
             try:
@@ -185,6 +198,7 @@ class Worker:
         jobs = sql.claims.claim(
             self.using, queues=self._queues_in_order, limit=limit, lease=self.lease, worker=self.name,
             fair_queues=reads, rate_limits=rate_limits.claim_parameter(), rate_ahead_us=rate_limits.ADMIT_AHEAD_US,
+            job_types=self.job_types,
         )  # fmt: skip
         self._fair.advance(reads, jobs)
         instruments.claimed(time.perf_counter() - started)

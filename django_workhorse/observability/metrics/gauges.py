@@ -95,7 +95,22 @@ def _read() -> list[Metric]:
     )
     for fair_queue in fair_queue_states(now=now):
         keys.add_metric([fair_queue.queue], fair_queue.keys_with_ready_work)
-    return [jobs, oldest, workers, paused, *_breaker_gauges(now), keys, *_rate_limit_gauges(), _workflow_gauge(now)]
+    return [
+        jobs, oldest, workers, paused, *_breaker_gauges(now), keys, *_rate_limit_gauges(), _workflow_gauge(now),
+        _without_handler_gauge(now),
+    ]  # fmt: skip
+
+
+def _without_handler_gauge(now: datetime) -> Metric:
+    # Bounded: the (queue, job type) pairs with the most waiting jobs, at most MAX_WARNING_NAMES of them.
+    waiting = GaugeMetricFamily(
+        "workhorse_jobs_without_handler",
+        "Queued jobs that no live worker serving their queue can run (no handler registered for their type).",
+        labels=["queue", "job_type"],
+    )
+    for found in stats.jobs_without_handler(now=now)[: stats.MAX_WARNING_NAMES]:
+        waiting.add_metric([found.queue, found.job_type], found.jobs)
+    return waiting
 
 
 def _workflow_gauge(now: datetime) -> Metric:
