@@ -2,7 +2,7 @@
 
 PostgreSQL-specific SQL lives in this package and nowhere else (a test enforces it), one module per
 concern, and callers name the concern: ``sql.enqueue`` (enqueue), ``sql.claims`` (the worker:
-claims, lease extension, checkpoints), ``sql.outcomes`` (what ends a worker's hold: outcomes, release at a stop, reclaim), ``sql.releases`` (the release of workflow steps, a fragment of those), ``sql.actions`` (operator actions), ``sql.awaiting`` (waits on results: the flag, the reads, the result notifications), ``sql.breakers`` (circuit breakers' state), ``sql.housekeeping``
+claims, lease extension, checkpoints), ``sql.capability`` (jobs no live worker can run: their hold and return), ``sql.outcomes`` (what ends a worker's hold: outcomes, release at a stop, reclaim), ``sql.releases`` (the release of workflow steps, a fragment of those), ``sql.actions`` (operator actions), ``sql.awaiting`` (waits on results: the flag, the reads, the result notifications), ``sql.breakers`` (circuit breakers' state), ``sql.housekeeping``
 (purge, pruning, the worker registry), ``sql.leases`` (named leases: the maintenance lease), ``sql.effects`` (the effect ledger),
 ``sql.http_records`` (``@idempotent`` views' records, on the ledger's table), ``sql.schedules`` (periodic schedules' state), ``sql.queues`` (queue control), ``sql.rate_limits`` (rate budgets),
 ``sql.workflows`` (workflows: their enqueue and lookup), ``sql.workflow_control`` (a workflow's cancellation and state), ``sql.steps`` (what a step's handler reads of its workflow), ``sql.keys`` (the fragments that decide who owns a key), ``sql.poolers`` (whether a pooler
@@ -17,6 +17,7 @@ from django_workhorse.sql import (
     actions,
     awaiting,
     breakers,
+    capability,
     claims,
     connection,
     effects,
@@ -40,6 +41,7 @@ __all__ = [
     "actions",
     "awaiting",
     "breakers",
+    "capability",
     "claims",
     "connection",
     "effects",

@@ -37,6 +37,10 @@ from django_workhorse.worker.recording import close_connection, write_outcomes
 
 logger = logging.getLogger(__name__)
 
+# How long a job no live worker can run is held out of the due range (a heartbeat holds it; a worker
+# that can run it gives it back when it registers): decision 0021, "Capability".
+HOLD_WITHOUT_HANDLER = timedelta(seconds=30)
+
 
 @dataclass
 class WorkerStats:
@@ -137,6 +141,8 @@ class Worker:
             concurrency=self.concurrency,
             job_types=self.job_types,
         )
+        # Jobs held for want of a handler that this worker has come back now, not at their hold's end.
+        sql.capability.return_runnable(self.using, queues=self.queues, job_types=self.job_types)
         with self._signals_stop_me():
             try:
                 self._claim_until_done()
@@ -354,6 +360,9 @@ class Worker:
             self._extend(held)
         try:
             sql.housekeeping.touch_worker(self.using, self.name)
+            sql.capability.hold_without_handler(
+                self.using, queues=self.queues, hold=HOLD_WITHOUT_HANDLER, stale_after=app_settings.WORKER_STALE_AFTER
+            )
         except DatabaseError:
             logger.exception("Worker heartbeat failed")
             self._close_connection()
