@@ -281,6 +281,29 @@ def check_schedules(app_configs: Sequence[AppConfig] | None = None, **kwargs: An
     return [Error(f"Schedule {p.name!r} ({p.origin}): {p.message}.", id=p.check_id) for p in left_out_schedules()]
 
 
+@register
+def check_capabilities(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[CheckMessage]:
+    """A schedule whose task no worker running this code claims (workhorse.W004): a django.tasks task found
+    by import outside the installed apps and ``WORKHORSE_TASK_MODULES``. Its jobs would wait for a
+    handler (decision 0021, "Capability")."""
+    from django_workhorse.schedules.sources import declared_schedules
+    from django_workhorse.tasks.registry import can_run, capabilities
+
+    found, _ = declared_schedules()
+    claimed = capabilities()
+    return [
+        Warning(
+            f"Schedule {schedule.name!r} ({schedule.origin}) enqueues job type {schedule.task!r}, which no worker "
+            "running this code claims: no handler is registered for it and its module is in no installed app "
+            "and not in WORKHORSE_TASK_MODULES. Its jobs would wait, reported as without a handler.",
+            hint="Register a handler for it, or add its module (or a package holding it) to WORKHORSE_TASK_MODULES.",
+            id="workhorse.W004",
+        )
+        for schedule in found
+        if not can_run(claimed, schedule.task)
+    ]
+
+
 @contextmanager
 def schedule_problems_reported_elsewhere() -> Iterator[None]:
     """Leave the schedules' errors out of the checks run within the block.

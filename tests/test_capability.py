@@ -4,18 +4,24 @@ due range, it no longer costs the claims of the jobs behind it."""
 
 from __future__ import annotations
 
+import importlib
 import json
+import sys
+from collections.abc import Iterator
 from datetime import timedelta
 from io import StringIO
 from typing import Any
 
 import pytest
+from django.core.checks import WARNING
 from django.core.management import call_command
 from django.db import connection, transaction
+from django.test import override_settings
 from django.utils import timezone
 
 from django_workhorse import EnqueueOptions, EnqueueRequest, enqueue_many
 from django_workhorse import sql as workhorse_sql
+from django_workhorse.checks import check_capabilities, check_schedules
 from django_workhorse.conf import app_settings
 from django_workhorse.models import JOB_READY_IDX, Job, JobEvent, JobStatus, WorkerRecord
 from django_workhorse.observability.metrics import gauges
@@ -245,3 +251,36 @@ def _status_text() -> str:
 def _gauge(name: str) -> dict[tuple[str, ...], float]:
     families = {family.name: family for family in gauges._read()}
     return {tuple(sample.labels.values()): sample.value for sample in families[name].samples}
+
+
+# -- the system check -------------------------------------------------------------------------------------------------
+
+PROBE = "tests.task_import_probe"
+TASKS = {"default": {"BACKEND": "django_workhorse.backends.WorkhorseBackend", "QUEUES": []}}
+
+
+@pytest.fixture
+def probe_imported() -> Iterator[None]:
+    """The probe's module imported by some other way (a django.tasks task a worker could resolve)."""
+    pytest.importorskip("django_workhorse.backends._framework", exc_type=ImportError)
+    importlib.import_module(PROBE)
+    with override_settings(TASKS=TASKS):
+        yield
+    sys.modules.pop(PROBE, None)
+
+
+def test_a_schedule_of_a_task_no_worker_claims_is_w004_naming_it(probe_imported):
+    every_hour = {"task": f"{PROBE}.probe", "every": timedelta(hours=1), "args": [1]}
+    with override_settings(WORKHORSE_SCHEDULES={"hourly-probe": every_hour}):
+        assert check_schedules() == []  # its handler is found (the module is imported): no E205
+        [warning] = check_capabilities()
+    assert warning.id == "workhorse.W004" and warning.level == WARNING
+    assert "'hourly-probe'" in warning.msg and f"'{PROBE}.probe'" in warning.msg
+
+    with override_settings(WORKHORSE_SCHEDULES={"hourly-probe": every_hour}, WORKHORSE_TASK_MODULES=[PROBE]):
+        assert check_capabilities() == []
+
+
+def test_a_schedule_of_a_registered_handler_raises_no_w004():
+    with override_settings(WORKHORSE_SCHEDULES={"y": {"task": Y, "every": timedelta(hours=1)}}):
+        assert check_capabilities() == []

@@ -19,7 +19,7 @@ from django_workhorse.conf import app_settings
 from django_workhorse.models import Breaker, BreakerState, IdempotencyBinding, Job, JobStatus, QueueState, WorkerRecord
 from django_workhorse.models.jobs import TERMINAL_STATUSES
 from django_workhorse.sql.workflow_control import workflow_states
-from django_workhorse.tasks.registry import get_handler, registered
+from django_workhorse.tasks.registry import can_run, get_handler, registered
 from django_workhorse.workflows.operations import workflow_status
 
 THROUGHPUT_MINUTES = 60
@@ -328,13 +328,6 @@ def jobs_without_handler(
         for row in rows
         if not any(can_run(job_types, row["job_type"]) for job_types in capable[row["queue"]])
     ]
-
-
-def can_run(job_types: list[str] | None, job_type: str) -> bool:
-    """Return whether a worker that registered ``job_types`` claims jobs of ``job_type`` (None: any)."""
-    if job_types is None or job_type in job_types:
-        return True
-    return any(entry.endswith(".*") and job_type.startswith(entry[:-1]) for entry in job_types)
 
 
 def types_without_handler(*, using: str | None = None, limit: int = MAX_WARNING_NAMES) -> NamedCounts:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -23,6 +23,9 @@ _handlers: dict[str, Handler] = {}
 _resolvers: list[Callable[[str], Handler | None]] = []
 # What each resolver may supply, as module prefixes: what a worker advertises for it (capabilities()).
 _resolver_prefixes: list[Callable[[], list[str]]] = []
+# The job types a resolver supplied (kept in _handlers): advertised by their resolver's prefixes only,
+# so what a worker claims does not depend on what its process happened to resolve before.
+_resolved: set[str] = set()
 _task_backends_imported = False
 # Whether this process imported the installed apps' tasks modules, for task_defaults.
 _tasks_discovered = _discovering = False
@@ -76,6 +79,7 @@ def add_handler(handler: Handler) -> None:
     """Register ``handler``; a job type has exactly one handler (re-registering replaces it)."""
     global generation
     _handlers[handler.job_type] = handler
+    _resolved.discard(handler.job_type)
     generation += 1
 
 
@@ -138,7 +142,7 @@ def capabilities() -> list[str]:
     """
     _import_task_backends()
     prefixes = sorted({f"{prefix}.*" for listed in _resolver_prefixes for prefix in listed()})
-    return sorted(_handlers) + prefixes
+    return sorted(name for name in _handlers if name not in _resolved) + prefixes
 
 
 def get_handler(job_type: str) -> Handler:
@@ -151,8 +155,17 @@ def get_handler(job_type: str) -> Handler:
         handler = resolver(job_type)
         if handler is not None:
             add_handler(handler)
+            _resolved.add(job_type)
             return handler
     raise HandlerNotRegisteredError(job_type)
+
+
+def can_run(job_types: Sequence[str] | None, job_type: str) -> bool:
+    """Return whether a worker that registered ``job_types`` (``capabilities()``) claims jobs of ``job_type``
+    (None: a worker from before capabilities, which claims any type)."""
+    if job_types is None or job_type in job_types:
+        return True
+    return any(entry.endswith(".*") and job_type.startswith(entry[:-1]) for entry in job_types)
 
 
 def _import_task_backends() -> None:
