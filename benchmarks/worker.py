@@ -3,6 +3,7 @@
     python benchmarks/worker.py [--n 10000] [--runs 3] [--samples 200] [--backlog 100000] [--json out.json]
     python benchmarks/worker.py --observability [--runs 10]
     python benchmarks/worker.py --held [--runs 5] [--held-jobs 10000]
+    python benchmarks/worker.py --capability [--runs 8]
 
 Throughput: N no-op jobs pre-enqueued, then one burst worker (threads, in this process) until
 none is left; jobs/s over the worker's run, median of --runs, for several concurrency/batch
@@ -49,6 +50,11 @@ def main() -> None:
         "--held", action="store_true", help="measure throughput with jobs held by a breaker and a paused queue, vs none"
     )
     parser.add_argument("--held-jobs", type=int, default=10000)
+    parser.add_argument(
+        "--capability",
+        action="store_true",
+        help="measure throughput with the claim filtered by the worker's job types vs unfiltered, in alternating pairs",
+    )
     args = parser.parse_args()
     setup_django()
 
@@ -73,6 +79,7 @@ def main() -> None:
         job_type: str = "bench.noop",
         held: int | None = None,
         due: bool = False,
+        filtered: bool = True,
     ) -> float:
         reset_tables()
         queues = ["default"]
@@ -88,7 +95,8 @@ def main() -> None:
                 cursor.execute(BACKLOG, {"n": backlog})
                 cursor.execute("VACUUM ANALYZE workhorse_job")
         fill(args.n, job_type)
-        worker = Worker(
+        kind = Worker if filtered else Unfiltered
+        worker = kind(
             queues=queues, concurrency=concurrency, batch=batch, burst=True, listen_using=None, poll_interval=0.05
         )
         began = time.perf_counter()
@@ -117,6 +125,41 @@ def main() -> None:
         thread.join(30)
         gaps.sort()
         return {"p50_ms": statistics.median(gaps), "p95_ms": gaps[int(len(gaps) * 0.95) - 1], "samples": len(gaps)}
+
+    class Unfiltered(Worker):
+        """A worker whose claim is the one from before capabilities: no job-type filter."""
+
+        @property
+        def job_types(self) -> None:  # type: ignore[override]
+            return None
+
+    if args.capability:
+        # A project's worth of handlers: the filter's array holds 53 job types, not 3.
+        for i in range(50):
+            register(f"bench.other_{i:02}", lambda payload: None)
+        cap_rows = []
+        cap_figures = {}
+        for concurrency, batch in CAPABILITY_CONFIGS:
+            values: dict[bool, list[float]] = {False: [], True: []}
+            for i in range(args.runs):  # alternating, each pair in both orders
+                for filtered in (False, True) if i % 2 == 0 else (True, False):
+                    values[filtered].append(throughput(concurrency, batch, 0, filtered=filtered))
+            ratios = [b / a for a, b in zip(values[False], values[True], strict=True)]
+            for filtered, label in ((False, "unfiltered (before)"), (True, "filtered by 53 job types")):
+                row = f"concurrency {concurrency}, batch {batch}, {label}"
+                cap_figures[row] = {
+                    "median": statistics.median(values[filtered]), "min": min(values[filtered]),
+                    "max": max(values[filtered]),
+                }  # fmt: skip
+                cap_rows.append((row, cap_figures[row], "jobs/s"))
+            print(
+                f"concurrency {concurrency}, batch {batch}: filtered/unfiltered pair ratios "
+                f"{', '.join(f'{r:.3f}' for r in ratios)}; median {statistics.median(ratios):.3f}"
+            )
+        print("\n" + str(environment()))
+        print_table(f"worker throughput ({args.n:,} no-op jobs), claim filtered by job type or not", cap_rows)
+        dump(args.json, {"environment": environment(), "throughput": cap_figures})
+        return
 
     if args.held:
         held_rows = []
@@ -182,6 +225,7 @@ def main() -> None:
 
 
 HELD_CONFIGS = [(1, 10), (8, 50)]
+CAPABILITY_CONFIGS = [(1, 10), (8, 50)]
 # --held: n jobs of queue "default" held behind an open breaker (as a claim leaves them: run_at at
 # the breaker's open_until, held_since set) and n due jobs of the paused queue "paused".
 HELD = """

@@ -91,6 +91,10 @@ def test_with_only_the_old_worker_x_jobs_wait_unclaimed_and_are_reported(client,
         warning = _status_warning("job_without_handler")
         assert warning["names"] == [{"name": X, "jobs": 500}]
         assert f"{X} (500 queued)" in _status_text()
+        [queue] = _status_json()["queues"]
+        assert (queue["queue"], queue["no_handler"]) == ("default", 500)
+        [header, _, row] = _status_text().split("\n\nQueues\n")[1].splitlines()[:3]
+        assert "failing  no handler  running" in header and row.split()[5] == "500"
         assert _gauge("workhorse_jobs_without_handler") == {("default", X): 500.0}
         login(client, django_user_model, "viewer", ("view_job",))
         page = body(client.get("/admin/workhorse/job/dashboard/"))
@@ -235,10 +239,14 @@ def test_a_worker_that_can_run_held_jobs_gives_them_back_when_it_registers():
 # -- helpers ----------------------------------------------------------------------------------------------------------
 
 
-def _status_warning(kind: str) -> dict[str, Any]:
+def _status_json() -> dict[str, Any]:
     out = StringIO()
     call_command("workhorse_status", "--json", stdout=out)
-    (found,) = [w for w in json.loads(out.getvalue())["warnings"] if w["kind"] == kind]
+    return json.loads(out.getvalue())
+
+
+def _status_warning(kind: str) -> dict[str, Any]:
+    (found,) = [w for w in _status_json()["warnings"] if w["kind"] == kind]
     return found
 
 

@@ -209,8 +209,8 @@ def test_status_shows_the_failing_jobs_of_each_queue():
 
     assert {name: row["failing"] for name, row in queues.items()} == {"billing": 0, "mail": 2}
     lines = status_text().split("\n\nQueues\n")[1].splitlines()
-    assert lines[0] == "queue    waiting  ready  scheduled  failing  running  dead  oldest ready"
-    assert [line.split()[:7] for line in lines[2:4]] == [
-        ["billing", "0", "1", "0", "0", "0", "0"],
-        ["mail", "0", "2", "1", "2", "0", "0"],
+    assert lines[0] == "queue    waiting  ready  scheduled  failing  no handler  running  dead  oldest ready"
+    assert [line.split()[:8] for line in lines[2:4]] == [
+        ["billing", "0", "1", "0", "0", "0", "0", "0"],
+        ["mail", "0", "2", "1", "2", "0", "0", "0"],
     ]

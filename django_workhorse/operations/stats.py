@@ -330,6 +330,14 @@ def jobs_without_handler(
     ]
 
 
+def no_handler_by_queue(*, using: str | None = None, now: datetime | None = None) -> dict[str, int]:
+    """Return the queued jobs of ``jobs_without_handler`` per queue (queues without any are left out)."""
+    counts: dict[str, int] = {}
+    for found in jobs_without_handler(using=using, now=now):
+        counts[found.queue] = counts.get(found.queue, 0) + found.jobs
+    return counts
+
+
 def types_without_handler(*, using: str | None = None, limit: int = MAX_WARNING_NAMES) -> NamedCounts:
     """Return the job types of ``jobs_without_handler``, with their queued jobs over all queues, most first."""
     totals: dict[str, int] = {}

@@ -81,8 +81,10 @@ def hold_without_handler(
     return int(execute(alias, HOLD_WITHOUT_HANDLER, params)[0][0])
 
 
-def return_runnable(alias: str, *, queues: Sequence[str], job_types: Sequence[str]) -> int:
-    """Run RETURN_RUNNABLE for a worker that claims ``job_types`` (``tasks.registry.capabilities()``);
-    return how many jobs came back."""
+def return_runnable(alias: str, *, queues: Sequence[str], job_types: Sequence[str] | None) -> int:
+    """Run RETURN_RUNNABLE for a worker that claims ``job_types`` (``tasks.registry.capabilities()``; None,
+    any type: nothing is held for such a worker's queues' sake); return how many jobs came back."""
+    if job_types is None:
+        return 0
     exact, patterns = capability_parameters(job_types)
     return run(alias, RETURN_RUNNABLE, {"queues": list(queues), "job_types": exact, "job_type_patterns": patterns})

@@ -38,6 +38,7 @@ from django_workhorse.operations.stats import (
     WorkflowCounts,
     failing_jobs_by_queue,
     live_bindings,
+    no_handler_by_queue,
     paused_queue_counts,
     queue_depths,
     status_warnings,
@@ -142,6 +143,7 @@ class Command(BaseCommand):
         warnings = status_warnings(using=database, now=now, paused=paused)
         depths = queue_depths(using=database, now=now)
         failing = failing_jobs_by_queue(using=database)
+        no_handler = no_handler_by_queue(using=database, now=now)
         finished = throughput(using=database, now=now)
         flows = workflow_counts(using=database, now=now)
         registered = workers(using=database)
@@ -158,13 +160,13 @@ class Command(BaseCommand):
         scopes = keyed_rates.by_scope(live_bindings(using=database, now=now), rates)
         if as_json:
             self._write_json(
-                warnings, depths, paused, failing, finished, registered, schedules, left_out, scopes, now, breakers,
-                fair, budgets, flows,
+                warnings, depths, paused, failing, no_handler, finished, registered, schedules, left_out, scopes, now,
+                breakers, fair, budgets, flows,
             )  # fmt: skip
             return
         self._write_warnings(warnings)
         self.stdout.write("")
-        self._write_queues(depths, failing, database)
+        self._write_queues(depths, failing, no_handler, database)
         self.stdout.write("")
         if paused:
             self._write_paused(paused)
@@ -194,6 +196,7 @@ class Command(BaseCommand):
         depths: list[QueueDepth],
         paused: list[PausedQueue],
         failing: dict[str, int],
+        no_handler: dict[str, int],
         finished: Throughput,
         registered: list[WorkerStatus],
         schedules: list[ScheduleOverview],
@@ -207,7 +210,14 @@ class Command(BaseCommand):
     ) -> None:
         report = {
             "warnings": [warning.as_json() for warning in warnings],
-            "queues": [{**depth.as_json(), "failing": failing.get(depth.queue, 0)} for depth in depths],
+            "queues": [
+                {
+                    **depth.as_json(),
+                    "failing": failing.get(depth.queue, 0),
+                    "no_handler": no_handler.get(depth.queue, 0),
+                }
+                for depth in depths
+            ],
             "paused_queues": [queue.as_json() for queue in paused],
             "throughput": {
                 "minutes": len(finished.minutes),
@@ -268,7 +278,9 @@ class Command(BaseCommand):
         for line in [warning_line(warning) for warning in warnings] or ["None."]:
             self.stdout.write(line)
 
-    def _write_queues(self, depths: list[QueueDepth], failing: dict[str, int], database: str | None) -> None:
+    def _write_queues(
+        self, depths: list[QueueDepth], failing: dict[str, int], no_handler: dict[str, int], database: str | None
+    ) -> None:
         self.stdout.write("Queues")
         if not depths:
             alias = database or router.db_for_read(Job)
@@ -276,12 +288,12 @@ class Command(BaseCommand):
             self.stdout.write("No queued, running or dead jobs." if anything else "No jobs.")
             return
         rows = [
-            [d.queue, d.waiting, d.ready, d.scheduled, failing.get(d.queue, 0), d.running, d.dead]
-            + [human_age(d.oldest_ready_age)]
+            [d.queue, d.waiting, d.ready, d.scheduled, failing.get(d.queue, 0), no_handler.get(d.queue, 0)]
+            + [d.running, d.dead, human_age(d.oldest_ready_age)]
             for d in depths
         ]
-        headers = ["queue", "waiting", "ready", "scheduled", "failing", "running", "dead", "oldest ready"]
-        for line in format_table(headers, rows, right=range(1, 8)):
+        headers = ["queue", "waiting", "ready", "scheduled", "failing", "no handler", "running", "dead", "oldest ready"]
+        for line in format_table(headers, rows, right=range(1, 9)):
             self.stdout.write(line)
 
     def _write_paused(self, paused: list[PausedQueue]) -> None:
