@@ -4,7 +4,8 @@ Usage: ``DATABASE_URL=... python tests/worker_main.py [workhorse_worker options]
 ``tests.settings``; pass the test database through ``DATABASE_URL``, and schedules through
 ``WORKHORSE_TEST_SCHEDULES`` (JSON, ``every`` in seconds) and ``WORKHORSE_TEST_SCHEDULE_INTERVAL``, queue
 options through ``WORKHORSE_TEST_QUEUES`` (JSON), and rate limits through ``WORKHORSE_TEST_RATE_LIMITS``
-(JSON: name -> [limit, per in seconds, burst, partitioned]). ``Worker.stop`` is wrapped to
+(JSON: name -> [limit, per in seconds, burst, partitioned]), and the version of ``tests.deploy_tasks``
+to load through ``WORKHORSE_TEST_DEPLOY`` ("old" or "new"; none by default). ``Worker.stop`` is wrapped to
 set ``tests.worker_tasks.STOP_REQUESTED`` as well, so a running handler can observe the stop.
 """
 
@@ -32,6 +33,11 @@ def main(argv: list[str]) -> int:
     from django_workhorse.worker import Worker
     from tests import breaker_tasks, rate_tasks, worker_tasks, workflow_tasks  # noqa: F401 (their handlers register on import)
 
+    deploy = os.environ.get("WORKHORSE_TEST_DEPLOY")
+    if deploy:
+        from tests import deploy_tasks
+
+        deploy_tasks.load(deploy)
     stop = Worker.stop
 
     def stop_and_tell_handlers(self: Worker) -> None:
