@@ -22,7 +22,7 @@ from .states import worker_state
 class WorkerAdmin(ReadOnlyAdmin):
     """Registered worker processes, their last heartbeat and the jobs they hold."""
 
-    list_display = ["worker", "pid", "queue_list", "concurrency", "heartbeat", "state", "jobs"]
+    list_display = ["worker", "pid", "queue_list", "concurrency", "heartbeat", "liveness", "jobs"]
     fields = readonly_fields = (
         "name",
         "host",
@@ -31,7 +31,7 @@ class WorkerAdmin(ReadOnlyAdmin):
         "concurrency",
         "started",
         "last_heartbeat",
-        "state",
+        "liveness",
         "jobs",
     )
     ordering = ["name"]
@@ -56,8 +56,10 @@ class WorkerAdmin(ReadOnlyAdmin):
         seconds = max((timezone.now() - obj.heartbeat_at).total_seconds(), 0.0)
         return stacked(instant_cell(obj.heartbeat_at), f"{seconds:.0f} s ago")
 
-    @admin.display(description="state")
-    def state(self, obj: WorkerRecord) -> str:
+    # Not named ``state``: the registry row has a column of that name (what the process last said),
+    # and the admin shows a model field before a method of the same name.
+    @admin.display(description="liveness")
+    def liveness(self, obj: WorkerRecord) -> str:
         return worker_state(obj.heartbeat_at)
 
     @admin.display(description="current jobs")
