@@ -150,6 +150,9 @@ def test_a_running_worker_waits_out_an_outage_and_its_health_says_so(proxy, spaw
     proxy.up()
     wait_for(lambda: Job.objects.get(pk=during).status == JobStatus.SUCCEEDED, 60, what="the job of the outage")
     wait_for(lambda: probe(port, "/ready") == 200, 30, what="/ready answering 200 again")
+    # A long outage lets maintenance forget the worker as stale: its next heartbeat records it again.
+    WorkerRecord.objects.all().delete()
+    wait_for(lambda: WorkerRecord.objects.filter(pid=worker.pid).exists(), 30, what="the worker recorded again")
     worker.popen.send_signal(signal.SIGTERM)
     assert worker.wait(60) == 0, worker.output()
     assert Job.objects.get(pk=during).attempt == 1

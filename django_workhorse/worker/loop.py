@@ -361,7 +361,8 @@ class Worker:
         if held:
             self._extend(held)
         try:
-            sql.housekeeping.touch_worker(self.using, self.name)
+            if not sql.housekeeping.touch_worker(self.using, self.name):
+                self._register()  # maintenance forgot it as stale (a long outage): record it again
         except DatabaseError:
             self._log_failure("Worker heartbeat failed")
             self._close_connection()
