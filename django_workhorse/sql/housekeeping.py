@@ -171,9 +171,9 @@ def register_worker(alias: str, *, name: str, host: str, pid: int, queues: Seque
     run(alias, REGISTER_WORKER, params)
 
 
-def touch_worker(alias: str, name: str) -> None:
-    """Run TOUCH_WORKER."""
-    run(alias, TOUCH_WORKER, {"name": name})
+def touch_worker(alias: str, name: str) -> bool:
+    """Run TOUCH_WORKER; return whether the worker's record was there to touch."""
+    return run(alias, TOUCH_WORKER, {"name": name}) > 0
 
 
 def deregister_worker(alias: str, name: str) -> None:

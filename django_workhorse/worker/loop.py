@@ -30,7 +30,9 @@ from django_workhorse.operations.maintenance import run_maintenance
 from django_workhorse.types import EnqueueOutcome
 from django_workhorse.worker import current
 from django_workhorse.worker.context import HandlerContext
+from django_workhorse.worker.database_wait import DatabaseWait
 from django_workhorse.worker.execution import Outcome, execute, failure
+from django_workhorse.worker.health import Health
 from django_workhorse.worker.held import HeldJob
 from django_workhorse.worker.recording import close_connection, write_outcomes
 
@@ -52,7 +54,8 @@ class Worker:
     Wakes on LISTEN/NOTIFY (on the ``listen_using`` alias; ``None`` polls only, as behind
     PgBouncer in transaction mode) and polls every ``poll_interval`` seconds as a fallback. With
     ``scheduler`` (the default) it also evaluates the periodic schedules, at most once per
-    ``WORKHORSE_SCHEDULE_INTERVAL``, on a thread of its own.
+    ``WORKHORSE_SCHEDULE_INTERVAL``, on a thread of its own. While its database is unreachable it
+    waits with backoff (``max_db_wait`` seconds at most, if given); ``health`` hears every heartbeat.
     """
 
     def __init__(
@@ -70,6 +73,8 @@ class Worker:
         listen_using: str | None = "default",
         name: str | None = None,
         scheduler: bool = True,
+        max_db_wait: float | None = None,
+        health: Health | None = None,
     ) -> None:
         self.queues = list(queues)
         # Fair queues (WORKHORSE_QUEUES) are claimed in fair share, each from its cursor on.
@@ -99,6 +104,10 @@ class Worker:
         self._held: dict[int, HeldJob] = {}
         self._work: queue.Queue[HeldJob | None] = queue.Queue()
         self._outcomes: queue.Queue[Outcome | None] = queue.Queue()
+        self.health = health
+        self._database = DatabaseWait(
+            using, max_wait=max_db_wait, stopping=self._stopping, beat=self._beat, beat_every=lease.total_seconds() / 3
+        )
 
     # -- public --------------------------------------------------------------------------------
 
@@ -106,16 +115,20 @@ class Worker:
         """Work until stopped (SIGTERM/SIGINT or :meth:`stop`), or until idle in burst mode.
 
         Raise ``WorkerThreadError`` (after stopping and releasing the jobs still held) if one of
-        the worker's threads died of an unexpected error.
+        the worker's threads died of an unexpected error, and ``DatabaseUnavailableError`` if the
+        database did not answer for longer than ``max_db_wait``.
         """
         logger.info("Worker starting name=%s queues=%s concurrency=%s", self.name, self.queues, self.concurrency)
-        executors = [self._thread(self._execute_forever, f"executor-{i}") for i in range(self.concurrency)]
-        recorder = self._thread(self._record_forever, "recorder")
-        helpers = [self._thread(self._heartbeat_forever, "heartbeat")]
-        if self.listen_using is not None:
-            helpers.append(self._thread(self._listen_forever, "listener"))
-        if self.scheduler:
-            helpers.append(self._thread(self._schedule_forever, "scheduler"))
+        with self._signals_stop_me():
+            if self._database.call(self._register) is None:  # stopped while waiting for the database
+                return self.stats
+            self._run_registered()
+        logger.info("Worker stopped name=%s claimed=%s finished=%s", self.name, self.stats.claimed, self.stats.finished)
+        if self.stats.failed_threads:
+            raise WorkerThreadError(self.stats.failed_threads)
+        return self.stats
+
+    def _register(self) -> bool:
         sql.housekeeping.register_worker(
             self.using,
             name=self.name,
@@ -124,16 +137,21 @@ class Worker:
             queues=self.queues,
             concurrency=self.concurrency,
         )
-        with self._signals_stop_me():
-            try:
-                self._claim_until_done()
-            finally:
-                self._drain(executors, recorder, helpers)
-                self._deregister()
-        logger.info("Worker stopped name=%s claimed=%s finished=%s", self.name, self.stats.claimed, self.stats.finished)
-        if self.stats.failed_threads:
-            raise WorkerThreadError(self.stats.failed_threads)
-        return self.stats
+        return True
+
+    def _run_registered(self) -> None:
+        executors = [self._thread(self._execute_forever, f"executor-{i}") for i in range(self.concurrency)]
+        recorder = self._thread(self._record_forever, "recorder")
+        helpers = [self._thread(self._heartbeat_forever, "heartbeat")]
+        if self.listen_using is not None:
+            helpers.append(self._thread(self._listen_forever, "listener"))
+        if self.scheduler:
+            helpers.append(self._thread(self._schedule_forever, "scheduler"))
+        try:
+            self._claim_until_done()
+        finally:
+            self._drain(executors, recorder, helpers)
+            self._deregister()
 
     def stop(self) -> None:
         """Stop claiming; running handlers get ``drain_timeout`` to finish."""
@@ -156,9 +174,12 @@ class Worker:
                 next_reclaim = self._reclaim_if_due(next_reclaim)
                 next_maintenance = self._maintain_if_due(next_maintenance)
                 claimed = self._claim()
-            except DatabaseError:
-                logger.exception("Claim failed; retrying after the poll interval")
+            except DatabaseError as exc:
                 connections[self.using].close()
+                if not self._database.answers():  # down: back off (give up after max_db_wait), claim again
+                    self._database.until_up(exc)
+                    continue
+                logger.exception("Claim failed; retrying after the poll interval")
                 claimed = 0
             if self._should_exit(claimed, idle_before):
                 return
@@ -318,10 +339,11 @@ class Worker:
     def _heartbeat_forever(self) -> None:
         # Runs through the drain too: handlers still finishing keep their leases.
         while not self._heartbeats_done.wait(self.lease.total_seconds() / 3):
+            self._beat()
             try:
                 self._heartbeat()
             except Exception:
-                logger.exception("Worker heartbeat failed")
+                self._log_failure("Worker heartbeat failed")
                 self._close_connection()
         connections.close_all()
 
@@ -339,10 +361,22 @@ class Worker:
         if held:
             self._extend(held)
         try:
-            sql.housekeeping.touch_worker(self.using, self.name)
+            if not sql.housekeeping.touch_worker(self.using, self.name):
+                self._register()  # maintenance forgot it as stale (a long outage): record it again
         except DatabaseError:
-            logger.exception("Worker heartbeat failed")
+            self._log_failure("Worker heartbeat failed")
             self._close_connection()
+
+    def _beat(self) -> None:
+        if self.health is not None:
+            self.health.beat()
+
+    def _log_failure(self, message: str) -> None:
+        # While the claim loop waits for the database it logs the outage, once per backoff step.
+        if self._database.waiting.is_set():
+            logger.debug(message, exc_info=True)
+        else:
+            logger.exception(message)
 
     def _heartbeat_one(self, job_id: int) -> None:
         with self._lock:
@@ -354,7 +388,7 @@ class Worker:
         try:
             alive = sql.claims.extend_leases(self.using, [h.job for h in held], self.lease)
         except DatabaseError:
-            logger.exception("Extending leases failed")
+            self._log_failure("Extending leases failed")
             self._close_connection()
             return
         for job in held:
@@ -380,7 +414,7 @@ class Worker:
                                 self._wake.set()
             except Exception:  # polling covers the gap
                 self._listening.clear()
-                logger.exception("LISTEN connection failed; reconnecting")
+                self._log_failure("LISTEN connection failed; reconnecting")
                 self._stopping.wait(1.0)
 
     # -- schedules -----------------------------------------------------------------------------
@@ -397,7 +431,7 @@ class Worker:
                 close_old_connections()
                 enqueued = scheduler.enqueue_due_schedules(using=self.using)
             except Exception:
-                logger.exception("Evaluating the schedules failed; trying again after the interval")
+                self._log_failure("Evaluating the schedules failed; trying again after the interval")
                 self._close_connection()
             else:
                 if accepted := [r.job_id for r in enqueued if r.outcome is EnqueueOutcome.ACCEPTED]:

@@ -7,16 +7,20 @@ import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from django.core.management.base import CommandError, CommandParser, OutputWrapper
 from django.utils.module_loading import autodiscover_modules
 
 from django_workhorse.conf import DEFAULT_DRAIN_TIMEOUT, DEFAULT_LEASE
-from django_workhorse.exceptions import WorkerThreadError
+from django_workhorse.exceptions import DatabaseUnavailableError, WorkerThreadError
+from django_workhorse.management import arguments
 from django_workhorse.management.evaluating import EvaluatingCommand
+from django_workhorse.management.health import serving_health
 from django_workhorse.schedules.evaluation import report_left_out_schedules
 from django_workhorse.worker import Worker
+from django_workhorse.worker.database_wait import MAX_DB_WAIT
 
 MAX_CONCURRENCY = 100
 # How django_workhorse's records read on the console when the project's logging shows them nowhere.
@@ -106,7 +110,8 @@ def console_logging(stream: OutputWrapper, level: int) -> Iterator[None]:
 class Command(EvaluatingCommand):
     help = (
         "Run django-workhorse jobs until SIGTERM/SIGINT (or, with --burst, until no job is ready). "
-        "Exits with status 1 if a worker thread died of an unexpected error. A schedule the system checks "
+        "Exits with status 1 if a worker thread died of an unexpected error, or if the database stayed "
+        "unreachable past --max-db-wait (without it the worker waits for ever). A schedule the system checks "
         "report is left out and logged; the others and every queue still run."
     )
 
@@ -143,6 +148,30 @@ class Command(EvaluatingCommand):
             dest="scheduler",
             help="Do not evaluate the periodic schedules (another worker or workhorse_scheduler does).",
         )
+        self._add_health_arguments(parser)
+
+    def _add_health_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--max-db-wait",
+            type=arguments.seconds(0, MAX_DB_WAIT),
+            default=None,
+            help="Give up (exit status 1) once the database has been unreachable this long (default: wait for ever).",
+        )
+        parser.add_argument(
+            "--health-file",
+            type=arguments.file_in_existing_folder,
+            default=None,
+            help="Touch this file on every heartbeat (its mtime says the worker is alive).",
+        )
+        parser.add_argument(
+            "--health-port",
+            type=bounded_int(1, 65535),
+            default=None,
+            help="Serve HTTP /live (heartbeats) and /ready (the database answers) on this port.",
+        )
+        parser.add_argument(
+            "--health-address", default="127.0.0.1", help="Address of --health-port (127.0.0.1; 0.0.0.0 for all)."
+        )
 
     def handle(
         self,
@@ -160,12 +189,19 @@ class Command(EvaluatingCommand):
         scheduler: bool,
         metrics_port: int | None,
         metrics_address: str,
+        max_db_wait: float | None,
+        health_file: Path | None,
+        health_port: int | None,
+        health_address: str,
         verbosity: int,
         **options: Any,
     ) -> None:
         level = {0: logging.WARNING, 1: logging.INFO}.get(verbosity, logging.DEBUG)
         logging.getLogger("django_workhorse").setLevel(level)
-        with console_logging(self.stderr, level):
+        health = serving_health(
+            database=database, file=health_file, port=health_port, address=health_address, heartbeat=lease / 3
+        )
+        with console_logging(self.stderr, level), health as health_state:
             # Handlers register on import: load every installed app's tasks module, as the web
             # process may import them only from views the worker never loads.
             autodiscover_modules("tasks")
@@ -183,6 +219,8 @@ class Command(EvaluatingCommand):
                 using=database,
                 listen_using=listen,
                 scheduler=scheduler,
+                max_db_wait=max_db_wait,
+                health=health_state,
             )
             if metrics_port is not None:
                 serve_metrics(metrics_address, metrics_port)
@@ -190,6 +228,8 @@ class Command(EvaluatingCommand):
                 stats = worker.run()
             except WorkerThreadError as exc:
                 # The worker stopped and released its jobs; a non-zero status tells its supervisor.
+                raise CommandError(str(exc), returncode=1) from exc
+            except DatabaseUnavailableError as exc:
                 raise CommandError(str(exc), returncode=1) from exc
         if verbosity:
             self.stdout.write(f"Claimed {stats.claimed} job(s); finished: {stats.finished or 'none'}.")
