@@ -7,6 +7,8 @@ what happened from the jobs and their events.
 
 from __future__ import annotations
 
+import io
+import json
 import os
 import signal
 import subprocess
@@ -17,6 +19,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from django.core.management import call_command
 
 from django_workhorse import EnqueueRequest, enqueue, enqueue_many
 from django_workhorse.models import Checkpoint, Job, JobEvent, JobStatus, WorkerRecord
@@ -59,6 +62,12 @@ def claimers() -> set[str]:
     return set(JobEvent.objects.filter(kind="claimed").values_list("details__worker", flat=True))
 
 
+def call(*args: str) -> str:
+    out = io.StringIO()
+    call_command(*args, stdout=out)
+    return out.getvalue()
+
+
 def all_succeeded(count: int) -> bool:
     return statuses() == Counter({JobStatus.SUCCEEDED: count})
 
@@ -95,6 +104,15 @@ def test_a_killed_child_is_replaced_and_its_jobs_run_again_at_once(spawn):
     )
     pid = wait_for(lambda: children().get(victim), 30, what="the child to be registered")
     held = set(Job.objects.filter(status=JobStatus.RUNNING, claimed_by=victim).values_list("id", flat=True))
+    # The supervisor and its children are in the registry, as workhorse_status and the admin show them.
+    wait_for(lambda: len(children()) == 2, 30, what="both children to be registered")
+    report = json.loads(call("workhorse_status", "--json"))["workers"]
+    (boss,) = (w for w in report if w["kind"] == "supervisor")
+    assert (boss["pid"], boss["state"], boss["concurrency"]) == (supervisor.pid, "running", 4)
+    assert (
+        sorted((w["kind"], w["supervisor"], w["state"]) for w in report if w["name"] != boss["name"])
+        == [("child", boss["name"], "running")] * 2
+    )
 
     os.kill(pid, signal.SIGKILL)
 
@@ -143,6 +161,7 @@ def test_a_second_sigterm_kills_the_children_and_releases_their_jobs_at_once(spa
         30,
         what="the children to drain",
     )
+    assert WorkerRecord.objects.get(kind="supervisor").state == "draining"
     other = spawn("--lease", "60")
 
     supervisor.popen.send_signal(signal.SIGTERM)
