@@ -139,6 +139,20 @@ def test_max_jobs_per_child_recycles_children_and_loses_or_doubles_nothing(spawn
     assert len(per_child) >= 5 and max(per_child.values()) <= 100
 
 
+def test_children_over_max_memory_are_recycled_and_lose_or_double_nothing(spawn):
+    # Every Django process is over 16M: each child is recycled about a second after it registers.
+    ids = enqueue_work(60, ms=20)
+    supervisor = spawn("--processes", "2", "--max-memory-per-child", "16M", "--lease", "60")
+
+    wait_for(lambda: all_succeeded(len(ids)), 90, what="every job to succeed")
+    stop(supervisor)
+
+    assert len(claimers()) > 2
+    assert set(event_counts("succeeded").values()) == {1}
+    assert not JobEvent.objects.filter(kind__in=["failed", "dead", "lease_expired"]).exists()
+    assert "Recycling a child over its memory limit" in supervisor.output()
+
+
 def test_sigterm_drains_every_child(spawn):
     first, second = (enqueue("tests.proc.finish_after_stop", {}) for _ in range(2))
     supervisor = spawn("--processes", "2", "--lease", "60")

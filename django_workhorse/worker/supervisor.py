@@ -373,7 +373,9 @@ class Supervisor:
     def _enforce_memory_limit(self) -> None:
         assert self.max_memory is not None
         for child in self._children:
-            if child.state == "running" and (rss := resident_memory(child.popen.pid)) and rss > self.max_memory:
+            # Only once it is registered: by then its worker recycles on SIGUSR1 (which would kill it before).
+            rss = resident_memory(child.popen.pid) if child.state == "running" else None
+            if rss is not None and rss > self.max_memory and self._registered(child):
                 logger.info("Recycling a child over its memory limit name=%s rss=%s", child.name, rss)
                 self._recycle(child)
 
