@@ -256,17 +256,18 @@ class Supervisor:
         for fd in ready:
             self._read(readers[fd])
 
-    def _read(self, child: _Child) -> bool:
-        """Read what ``child`` reported; return False at the end of its pipe."""
+    def _read(self, child: _Child) -> int:
+        """Read what ``child`` reported; return how many bytes (0 at the end of its pipe, -1 when
+        nothing is there now: a process it forked may hold the pipe open after it exited)."""
         try:
             data = os.read(child.reports, 65536)
         except BlockingIOError:
-            return True
+            return -1
         child.buffer += data
         *lines, child.buffer = child.buffer.split(b"\n")
         for line in lines:
             self._heard(child, json.loads(line))
-        return bool(data)
+        return len(data)
 
     def _heard(self, child: _Child, report: dict[str, Any]) -> None:
         if "started" in report:
@@ -286,7 +287,7 @@ class Supervisor:
                 self._gone(child, code)
 
     def _gone(self, child: _Child, code: int) -> None:
-        while self._read(child):  # what it wrote before it exited
+        while self._read(child) > 0:  # what it wrote before it exited
             pass
         os.close(child.reports)
         self._children.remove(child)
@@ -366,7 +367,7 @@ class Supervisor:
                 "its worker process was killed"
             )
             write_outcomes(self.using, [failure(claimed, error, _handler(job.job_type))])
-        except DatabaseError:
+        except Exception:  # the supervisor carries on; the job's lease lapses instead
             logger.exception("Recording a killed attempt failed job=%s; its lease will lapse", job_id)
             connections[self.using].close()
 
