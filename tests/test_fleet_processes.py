@@ -258,3 +258,14 @@ def test_bad_process_options_exit_2_before_anything_starts(options, error):
     lines = done.stderr.strip().splitlines()
     assert error in lines[-1]
     assert not WorkerRecord.objects.exists()
+
+
+def test_children_drain_and_exit_when_their_supervisor_is_killed(spawn):
+    supervisor = spawn("--processes", "2", "--lease", "60")
+    wait_for(lambda: len(children()) == 2, 60, what="two children")
+
+    supervisor.popen.kill()
+
+    # Each child's lifeline closed: it drained and removed its record (the supervisor's stays, as any killed worker's).
+    wait_for(lambda: not children(), 30, what="the children to exit")
+    assert list(WorkerRecord.objects.values_list("kind", "pid")) == [("supervisor", supervisor.pid)]
