@@ -35,7 +35,7 @@ def main(argv: list[str]) -> int:
     from django.core.management import call_command
 
     from django_workhorse.worker import Worker
-    from tests import breaker_tasks, rate_tasks, worker_tasks, workflow_tasks  # noqa: F401 (their handlers register on import)
+    from tests import breaker_tasks, fleet_tasks, rate_tasks, worker_tasks, workflow_tasks  # noqa: F401 (their handlers register on import)
 
     stop = Worker.stop
 

@@ -48,12 +48,18 @@ WHERE id IN (
 """
 
 
-# register_worker: record this worker process (a restart under the same name replaces it).
+# register_worker: record this worker process (a restart under the same name replaces it): a
+# worker, a supervisor of child processes, or one of its children (naming its supervisor).
 REGISTER_WORKER = """
-INSERT INTO workhorse_worker (name, host, pid, queues, concurrency, started_at, heartbeat_at)
-VALUES (%(name)s, %(host)s, %(pid)s, %(queues)s::jsonb, %(concurrency)s, clock_timestamp(), clock_timestamp())
-ON CONFLICT (name) DO UPDATE SET heartbeat_at = EXCLUDED.heartbeat_at
+INSERT INTO workhorse_worker (name, host, pid, queues, concurrency, started_at, heartbeat_at, kind, supervisor, state)
+VALUES (%(name)s, %(host)s, %(pid)s, %(queues)s::jsonb, %(concurrency)s, clock_timestamp(), clock_timestamp(),
+        %(kind)s, %(supervisor)s, 'running')
+ON CONFLICT (name) DO UPDATE SET heartbeat_at = EXCLUDED.heartbeat_at, state = 'running'
 """
+
+
+# set_worker_state: what the process is doing now (running, draining, recycling, replacing, ...).
+SET_WORKER_STATE = "UPDATE workhorse_worker SET state = %(state)s WHERE name = %(name)s"
 
 
 # touch_worker: this worker is alive (workhorse_worker_name_uniq).
@@ -165,10 +171,25 @@ WHERE flow.id = ANY(%(workflow_ids)s::bigint[]) AND {_WORKFLOW_DONE}
 """
 
 
-def register_worker(alias: str, *, name: str, host: str, pid: int, queues: Sequence[str], concurrency: int) -> None:
+def register_worker(
+    alias: str,
+    *,
+    name: str,
+    host: str,
+    pid: int,
+    queues: Sequence[str],
+    concurrency: int,
+    kind: str = "worker",
+    supervisor: str = "",
+) -> None:
     """Run REGISTER_WORKER."""
     params = {"name": name, "host": host, "pid": pid, "queues": json.dumps(list(queues)), "concurrency": concurrency}
-    run(alias, REGISTER_WORKER, params)
+    run(alias, REGISTER_WORKER, {**params, "kind": kind, "supervisor": supervisor})
+
+
+def set_worker_state(alias: str, name: str, state: str) -> None:
+    """Run SET_WORKER_STATE."""
+    run(alias, SET_WORKER_STATE, {"name": name, "state": state})
 
 
 def touch_worker(alias: str, name: str) -> bool:

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Protocol
 
 from django.db import DatabaseError, close_old_connections, connections
 
@@ -48,6 +49,17 @@ class WorkerStats:
     failed_threads: list[str] = field(default_factory=list)
 
 
+class AttemptObserver(Protocol):
+    """Told when each attempt's handler starts and when the attempt ends (a supervisor's child
+    reports them, for hard time limits and to know which jobs had started)."""
+
+    def started(self, job: sql.claims.ClaimedJob) -> None:
+        """The handler of ``job`` is about to run."""
+
+    def ended(self, job: sql.claims.ClaimedJob) -> None:
+        """The attempt of ``job`` ended (its outcome is about to be recorded)."""
+
+
 class Worker:
     """Run jobs of ``queues`` on ``concurrency`` threads until stopped (or, in burst mode, idle).
 
@@ -56,6 +68,8 @@ class Worker:
     ``scheduler`` (the default) it also evaluates the periodic schedules, at most once per
     ``WORKHORSE_SCHEDULE_INTERVAL``, on a thread of its own. While its database is unreachable it
     waits with backoff (``max_db_wait`` seconds at most, if given); ``health`` hears every heartbeat.
+    ``kind`` and ``supervisor`` say what its registry row shows (a child of a supervisor process
+    names it); ``observer`` hears of each attempt's start and end.
     """
 
     def __init__(
@@ -75,6 +89,9 @@ class Worker:
         scheduler: bool = True,
         max_db_wait: float | None = None,
         health: Health | None = None,
+        kind: str = "worker",
+        supervisor: str = "",
+        observer: AttemptObserver | None = None,
     ) -> None:
         self.queues = list(queues)
         # Fair queues (WORKHORSE_QUEUES) are claimed in fair share, each from its cursor on.
@@ -94,6 +111,10 @@ class Worker:
         self.using = using
         self.listen_using = listen_using
         self.scheduler = scheduler
+        self.kind = kind
+        self.supervisor = supervisor
+        self.observer = observer
+        self._stop_state = "draining"
         self.name = name or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.stats = WorkerStats()
         self._stopping = threading.Event()
@@ -136,6 +157,8 @@ class Worker:
             pid=os.getpid(),
             queues=self.queues,
             concurrency=self.concurrency,
+            kind=self.kind,
+            supervisor=self.supervisor,
         )
         return True
 
@@ -157,6 +180,11 @@ class Worker:
         """Stop claiming; running handlers get ``drain_timeout`` to finish."""
         self._stopping.set()
         self._wake.set()
+
+    def recycle(self) -> None:
+        """Stop as :meth:`stop` does, saying "recycling" (a supervisor replaces this process)."""
+        self._stop_state = "recycling"
+        self.stop()
 
     def wait_until_listening(self, timeout: float) -> bool:
         """Block until the LISTEN connection is up (for tests and tools); return whether it is."""
@@ -274,13 +302,20 @@ class Worker:
             try:
                 close_old_connections()
                 held.wait_for_start()
-                outcome = execute(held.job, held.context, started=held.mark_started)
+                outcome = execute(held.job, held.context, started=functools.partial(self._started, held))
             except Exception as exc:  # the worker's own failure around the handler: the job's failure
                 logger.exception("Running job failed id=%s", held.job.id, extra=job_fields(held.job))
                 outcome = failure(held.job, exc)
             held.ended = True
+            if self.observer is not None:
+                self.observer.ended(held.job)
             self._outcomes.put(dataclasses.replace(outcome, duration=time.perf_counter() - began))
         connections.close_all()
+
+    def _started(self, held: HeldJob) -> None:
+        held.mark_started()
+        if self.observer is not None:
+            self.observer.started(held.job)
 
     def _record_forever(self) -> None:
         # One writer for every executor's outcomes: under load they accumulate while the previous
@@ -446,6 +481,7 @@ class Worker:
         self, executors: list[threading.Thread], recorder: threading.Thread, helpers: list[threading.Thread]
     ) -> None:
         self._stopping.set()
+        self._say_state()
         self._release_unstarted()
         for _ in range(self.concurrency):
             self._work.put(None)
@@ -464,6 +500,14 @@ class Worker:
         self._heartbeats_done.set()
         for thread in helpers:
             thread.join(5)
+
+    def _say_state(self) -> None:
+        recycling = self.kind == "child" and self.max_jobs is not None and self.stats.claimed >= self.max_jobs
+        try:
+            sql.housekeeping.set_worker_state(self.using, self.name, "recycling" if recycling else self._stop_state)
+        except DatabaseError:
+            logger.exception("Saying the worker's state failed")
+            self._close_connection()
 
     def _deregister(self) -> None:
         try:
