@@ -269,3 +269,27 @@ def test_children_drain_and_exit_when_their_supervisor_is_killed(spawn):
     # Each child's lifeline closed: it drained and removed its record (the supervisor's stays, as any killed worker's).
     wait_for(lambda: not children(), 30, what="the children to exit")
     assert list(WorkerRecord.objects.values_list("kind", "pid")) == [("supervisor", supervisor.pid)]
+
+
+def test_the_supervisor_serves_the_health_port_and_file_and_its_children_do_not(spawn, tmp_path):
+    import socket
+    import urllib.request
+
+    with socket.socket() as probe:  # a free port
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    health_file = tmp_path / "alive"
+    supervisor = spawn(
+        "--processes", "2", "--lease", "3", "--health-port", str(port), "--health-file", str(health_file)
+    )
+
+    wait_for(lambda: len(children()) == 2, timeout=60, what="two registered children")
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/ready", timeout=10) as ready:
+        assert ready.status == 200
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/live", timeout=10) as live:
+        assert live.status == 200
+    first = health_file.stat().st_mtime_ns
+    wait_for(lambda: health_file.stat().st_mtime_ns > first, timeout=30, what="the supervisor's next beat")
+    # Had the children served the port too, the second to bind it would have exited with status 2.
+    assert WorkerRecord.objects.filter(kind="child").count() == 2
+    stop(supervisor)
