@@ -304,6 +304,20 @@ class WorkerThreadError(WorkhorseError):
         super().__init__(f"worker thread(s) died: {', '.join(self.threads)}; see the log for the traceback")
 
 
+class DatabaseUnavailableError(WorkhorseError):
+    """The database did not answer for longer than a worker's ``max_db_wait``; it gave up waiting.
+
+    Raised by ``Worker.run`` (after stopping and releasing what it could) and by ``workhorse_scheduler``;
+    ``alias`` names the database, ``waited`` the seconds waited and ``max_wait`` the bound.
+    """
+
+    def __init__(self, *, alias: str, waited: float, max_wait: float, error: str) -> None:
+        self.alias, self.waited, self.max_wait = alias, waited, max_wait
+        super().__init__(
+            f"database {alias!r} did not answer for {waited:.1f} s (max_db_wait {max_wait:g} s); giving up: {error}"
+        )
+
+
 class DjangoTaskNotFoundError(WorkhorseError):
     """A django.tasks job's type (a task's module path) no longer names a django.tasks ``Task``.
 

@@ -186,3 +186,21 @@ def test_the_admin_index_lists_the_dashboard_only_for_who_may_view_jobs(client, 
 
     assert f'href="{ENTRY}"' not in body(client.get("/admin/"))
     assert client.get(ENTRY).status_code == 403
+
+
+def test_the_workers_list_shows_a_supervisor_its_children_and_what_each_is_doing(client, django_user_model):
+    login(client, django_user_model, "viewer", VIEW_PERMS)
+    now = timezone.now()
+    rows = [("w-boss", "supervisor", "", "draining"), ("w-boss/0.1", "child", "w-boss", "recycling")]
+    for name, kind, supervisor, state in rows:
+        WorkerRecord.objects.create(
+            name=name, host="h", pid=1, queues=["default"], concurrency=1, started_at=now, heartbeat_at=now,
+            kind=kind, supervisor=supervisor, state=state,
+        )  # fmt: skip
+
+    listing = body(client.get(WORKERS))
+
+    cells = dict(re.findall(r'title="(w-[\w/.]+)">.*?(<td.*?)</tr>', listing, re.DOTALL))
+    assert ">supervisor<" in cells["w-boss"] and "draining" in cells["w-boss"]
+    assert ">child<" in cells["w-boss/0.1"] and "of w-boss" in cells["w-boss/0.1"]
+    assert "recycling" in cells["w-boss/0.1"] and "recycling" not in cells["w-boss"]

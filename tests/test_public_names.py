@@ -46,6 +46,7 @@ PUBLIC = {
     "WaitNotAllowedError": "django_workhorse.exceptions",
     "WaitTimeoutError": "django_workhorse.exceptions",
     "WorkerThreadError": "django_workhorse.exceptions",
+    "DatabaseUnavailableError": "django_workhorse.exceptions",
     "WorkflowConflictError": "django_workhorse.exceptions",
     "WorkflowDoesNotExist": "django_workhorse.exceptions",
     "WorkflowDefinitionError": "django_workhorse.exceptions",

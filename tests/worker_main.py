@@ -4,8 +4,9 @@ Usage: ``DATABASE_URL=... python tests/worker_main.py [workhorse_worker options]
 ``tests.settings``; pass the test database through ``DATABASE_URL``, and schedules through
 ``WORKHORSE_TEST_SCHEDULES`` (JSON, ``every`` in seconds) and ``WORKHORSE_TEST_SCHEDULE_INTERVAL``, queue
 options through ``WORKHORSE_TEST_QUEUES`` (JSON), and rate limits through ``WORKHORSE_TEST_RATE_LIMITS``
-(JSON: name -> [limit, per in seconds, burst, partitioned]), and the version of ``tests.deploy_tasks``
-to load through ``WORKHORSE_TEST_DEPLOY`` ("old" or "new"; none by default). ``Worker.stop`` is wrapped to
+(JSON: name -> [limit, per in seconds, burst, partitioned]), the version of ``tests.deploy_tasks``
+to load through ``WORKHORSE_TEST_DEPLOY`` ("old" or "new"; none by default), and the cap of the backoff
+while the database is unreachable through ``WORKHORSE_TEST_DB_BACKOFF_CAP`` (seconds). ``Worker.stop`` is wrapped to
 set ``tests.worker_tasks.STOP_REQUESTED`` as well, so a running handler can observe the stop.
 """
 
@@ -27,11 +28,15 @@ def main(argv: list[str]) -> int:
 
     django.setup()
     _schedules_from_environment()
+    if cap := os.environ.get("WORKHORSE_TEST_DB_BACKOFF_CAP"):
+        from django_workhorse.worker import database_wait
+
+        database_wait.BACKOFF_CAP = float(cap)
 
     from django.core.management import call_command
 
     from django_workhorse.worker import Worker
-    from tests import breaker_tasks, rate_tasks, worker_tasks, workflow_tasks  # noqa: F401 (their handlers register on import)
+    from tests import breaker_tasks, fleet_tasks, rate_tasks, worker_tasks, workflow_tasks  # noqa: F401 (their handlers register on import)
 
     deploy = os.environ.get("WORKHORSE_TEST_DEPLOY")
     if deploy:

@@ -16,22 +16,23 @@ from django_workhorse.models import Job, JobStatus, WorkerRecord
 
 from .base import ReadOnlyAdmin
 from .display import cut, instant_cell, instant_field, job_anchor, stacked
-from .states import worker_state
+from .states import ALIVE, worker_state
 
 
 class WorkerAdmin(ReadOnlyAdmin):
     """Registered worker processes, their last heartbeat and the jobs they hold."""
 
-    list_display = ["worker", "pid", "queue_list", "concurrency", "heartbeat", "state", "jobs"]
+    list_display = ["worker", "pid", "process", "queue_list", "concurrency", "heartbeat", "activity", "jobs"]
     fields = readonly_fields = (
         "name",
         "host",
         "pid",
+        "process",
         "queues",
         "concurrency",
         "started",
         "last_heartbeat",
-        "state",
+        "activity",
         "jobs",
     )
     ordering = ["name"]
@@ -56,9 +57,19 @@ class WorkerAdmin(ReadOnlyAdmin):
         seconds = max((timezone.now() - obj.heartbeat_at).total_seconds(), 0.0)
         return stacked(instant_cell(obj.heartbeat_at), f"{seconds:.0f} s ago")
 
+    @admin.display(description="process")
+    def process(self, obj: WorkerRecord) -> SafeString | str:
+        if obj.kind == "child":
+            return stacked("child", cut(f"of {obj.supervisor}", width="wide"))
+        return str(obj.kind)
+
+    # Not named ``state``: the registry row has a column of that name (what the process last said),
+    # and the admin shows a model field before a method of the same name.
     @admin.display(description="state")
-    def state(self, obj: WorkerRecord) -> str:
-        return worker_state(obj.heartbeat_at)
+    def activity(self, obj: WorkerRecord) -> SafeString | str:
+        # Alive or stale by its heartbeat; while alive, what it last said it does (draining, ...).
+        liveness = worker_state(obj.heartbeat_at)
+        return stacked(liveness, obj.state) if liveness == ALIVE else liveness
 
     @admin.display(description="current jobs")
     def jobs(self, obj: Any) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import math
 from collections.abc import Callable
+from pathlib import Path
 
 from django_workhorse import conf
 
@@ -33,3 +34,13 @@ def seconds(low: float, high: float) -> Callable[[str], float]:
         return value
 
     return parse
+
+
+def file_in_existing_folder(text: str) -> Path:
+    """Parse a file path whose folder exists (the file itself may not yet)."""
+    path = Path(text)
+    if not text or path.is_dir():
+        raise argparse.ArgumentTypeError("must be a file path, not a folder")
+    if not path.parent.is_dir():
+        raise argparse.ArgumentTypeError(f"its folder {str(path.parent)!r} does not exist")
+    return path

@@ -88,6 +88,11 @@ class WorkerStatus:
     started_at: datetime
     heartbeat_at: datetime
     running_job_ids: list[int] = field(default_factory=list)
+    # A plain worker, a supervisor of child processes, or one of its children (naming its supervisor).
+    kind: str = "worker"
+    supervisor: str = ""
+    # What the process last said it does: running, draining, recycling, replacing, stopping.
+    state: str = "running"
 
 
 def queue_depths(*, using: str | None = None, now: datetime | None = None) -> list[QueueDepth]:
@@ -453,6 +458,9 @@ def workers(*, using: str | None = None) -> list[WorkerStatus]:
             started_at=record.started_at,
             heartbeat_at=record.heartbeat_at,
             running_job_ids=running.get(record.name, []),
+            kind=record.kind,
+            supervisor=record.supervisor,
+            state=record.state,
         )
         for record in WorkerRecord.objects.using(alias).order_by("name")
     ]

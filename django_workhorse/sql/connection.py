@@ -41,6 +41,30 @@ def listen(alias: str, channel: str) -> Iterator[psycopg.Connection[Any]]:
         yield conn
 
 
+# ping: does the database answer? A trivial statement that reads no table.
+PING = "SELECT 1"
+
+
+def ping(alias: str) -> None:
+    """Run PING on ``alias``'s connection; raise Django's ``DatabaseError`` if the database does not answer."""
+    run(alias, PING, {})
+
+
+def answers(alias: str, timeout: float) -> bool:
+    """Whether ``alias``'s database answers PING within about ``timeout`` seconds, on a connection of its
+    own (outside Django's, so any thread may ask: a health probe)."""
+    params = connections[alias].get_connection_params()
+    for django_only in ("cursor_factory", "context", "prepare_threshold", "server_side_binding"):
+        params.pop(django_only, None)
+    params["connect_timeout"] = max(int(timeout), 1)
+    params["options"] = f"{params.get('options', '')} -c statement_timeout={int(timeout * 1000)}".strip()
+    try:
+        with psycopg.connect(**params, autocommit=True) as conn:
+            return conn.execute(PING).fetchone() == (1,)
+    except psycopg.Error:
+        return False
+
+
 def constraint_name(exc: BaseException) -> str | None:
     """Return the name of the constraint a database error violated, if PostgreSQL named one."""
     diag = getattr(exc.__cause__, "diag", None)

@@ -48,14 +48,22 @@ WHERE id IN (
 """
 
 
-# register_worker: record this worker process and the job types it claims (a restart under the same
-# name replaces it; job_types NULL: not said, a worker from before capabilities, which claims any type).
+# register_worker: record this worker process (a restart under the same name replaces it): a
+# worker, a supervisor of child processes, or one of its children (naming its supervisor), and the
+# job types it claims (job_types NULL: not said, a worker from before capabilities, which claims any
+# type).
 REGISTER_WORKER = """
-INSERT INTO workhorse_worker (name, host, pid, queues, concurrency, started_at, heartbeat_at, job_types)
+INSERT INTO workhorse_worker (
+    name, host, pid, queues, concurrency, started_at, heartbeat_at, kind, supervisor, state, job_types
+)
 VALUES (%(name)s, %(host)s, %(pid)s, %(queues)s::jsonb, %(concurrency)s, clock_timestamp(), clock_timestamp(),
-        %(job_types)s::jsonb)
-ON CONFLICT (name) DO UPDATE SET heartbeat_at = EXCLUDED.heartbeat_at, job_types = EXCLUDED.job_types
+        %(kind)s, %(supervisor)s, 'running', %(job_types)s::jsonb)
+ON CONFLICT (name) DO UPDATE SET heartbeat_at = EXCLUDED.heartbeat_at, state = 'running', job_types = EXCLUDED.job_types
 """
+
+
+# set_worker_state: what the process is doing now (running, draining, recycling, replacing, ...).
+SET_WORKER_STATE = "UPDATE workhorse_worker SET state = %(state)s WHERE name = %(name)s"
 
 
 # touch_worker: this worker is alive (workhorse_worker_name_uniq).
@@ -175,19 +183,26 @@ def register_worker(
     pid: int,
     queues: Sequence[str],
     concurrency: int,
+    kind: str = "worker",
+    supervisor: str = "",
     job_types: Sequence[str] | None = None,
 ) -> None:
     """Run REGISTER_WORKER (``job_types``: what the worker claims, ``tasks.registry.capabilities()``)."""
     params = {
         "name": name, "host": host, "pid": pid, "queues": json.dumps(list(queues)), "concurrency": concurrency,
-        "job_types": None if job_types is None else json.dumps(list(job_types)),
+        "kind": kind, "supervisor": supervisor, "job_types": None if job_types is None else json.dumps(list(job_types)),
     }  # fmt: skip
     run(alias, REGISTER_WORKER, params)
 
 
-def touch_worker(alias: str, name: str) -> None:
-    """Run TOUCH_WORKER."""
-    run(alias, TOUCH_WORKER, {"name": name})
+def set_worker_state(alias: str, name: str, state: str) -> None:
+    """Run SET_WORKER_STATE."""
+    run(alias, SET_WORKER_STATE, {"name": name, "state": state})
+
+
+def touch_worker(alias: str, name: str) -> bool:
+    """Run TOUCH_WORKER; return whether the worker's record was there to touch."""
+    return run(alias, TOUCH_WORKER, {"name": name}) > 0
 
 
 def deregister_worker(alias: str, name: str) -> None:

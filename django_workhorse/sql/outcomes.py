@@ -106,6 +106,29 @@ FROM finished CROSS JOIN (SELECT count(*) FROM released_notified) AS notified
 # its handler is not counted, and one interrupted on its last attempt is dead, as a reclaimed one
 # would be (releasing the children whose edges allow its failure, and announcing it if a wait
 # flagged it). Fenced by the lease token; locks the jobs in id order.
+_GIVE_BACK = """given_back AS (
+    UPDATE workhorse_job AS job
+    SET status = CASE WHEN held.started AND job.attempt >= job.max_attempts THEN 'dead' ELSE 'queued' END,
+        last_error = CASE WHEN held.started AND job.attempt >= job.max_attempts
+                          THEN '{last_words}' ELSE job.last_error END,
+        finished_at = CASE WHEN held.started AND job.attempt >= job.max_attempts THEN clock_timestamp() END,
+        lease_token = NULL, lease_expires_at = NULL, run_at = clock_timestamp(),
+        attempt = job.attempt - CASE WHEN held.started THEN 0 ELSE 1 END
+    FROM held
+    WHERE job.id = held.id
+    RETURNING job.id, job.attempt, job.status, job.awaited
+)"""
+_GIVEN_BACK = f"""{death_release_ctes("given_back")},
+{results_notified_cte("given_back")},
+events AS (
+    INSERT INTO workhorse_job_event (job_id, kind, attempt, at, details)
+    SELECT id, 'released', attempt, clock_timestamp(), %(details)s::jsonb FROM given_back
+    UNION ALL
+    SELECT id, 'dead', attempt, clock_timestamp(), '{{}}'::jsonb FROM given_back WHERE status = 'dead'
+)
+SELECT count(*) FROM given_back, (SELECT count(*) FROM released_notified) AS notified,
+    (SELECT count(*) FROM results_notified) AS results
+"""
 RELEASE = f"""
 WITH held AS MATERIALIZED (
     SELECT job.id, mine.started FROM workhorse_job AS job
@@ -115,29 +138,25 @@ WITH held AS MATERIALIZED (
     ORDER BY job.id
     FOR NO KEY UPDATE OF job
 ),
-given_back AS (
-    UPDATE workhorse_job AS job
-    SET status = CASE WHEN held.started AND job.attempt >= job.max_attempts THEN 'dead' ELSE 'queued' END,
-        last_error = CASE WHEN held.started AND job.attempt >= job.max_attempts
-                          THEN 'interrupted by a worker shutdown on the last attempt' ELSE job.last_error END,
-        finished_at = CASE WHEN held.started AND job.attempt >= job.max_attempts THEN clock_timestamp() END,
-        lease_token = NULL, lease_expires_at = NULL, run_at = clock_timestamp(),
-        attempt = job.attempt - CASE WHEN held.started THEN 0 ELSE 1 END
-    FROM held
-    WHERE job.id = held.id
-    RETURNING job.id, job.attempt, job.status, job.awaited
+{_GIVE_BACK.format(last_words="interrupted by a worker shutdown on the last attempt")},
+{_GIVEN_BACK}"""
+
+# release_abandoned: a supervisor gives back at once the jobs of a child process that is gone (it
+# died, or was killed on a forceful stop or past a hard time limit), rather than let their leases
+# lapse. Fenced by the claim: only running jobs whose last claim was that child's (a job reclaimed
+# and claimed by another worker since names that worker) are touched; the child's name is unique to
+# that process, and the supervisor calls this only once the process has exited. An attempt whose
+# handler had started counts (a job that kills its worker every time ends dead, as a reclaimed one
+# would); one still waiting in the child's batch does not. Locks the jobs in id order.
+RELEASE_ABANDONED = f"""
+WITH held AS MATERIALIZED (
+    SELECT job.id, job.id = ANY(%(started)s::bigint[]) AS started FROM workhorse_job AS job
+    WHERE job.status = 'running' AND job.claimed_by = %(worker)s
+    ORDER BY job.id
+    FOR NO KEY UPDATE OF job
 ),
-{death_release_ctes("given_back")},
-{results_notified_cte("given_back")},
-events AS (
-    INSERT INTO workhorse_job_event (job_id, kind, attempt, at, details)
-    SELECT id, 'released', attempt, clock_timestamp(), '{{}}'::jsonb FROM given_back
-    UNION ALL
-    SELECT id, 'dead', attempt, clock_timestamp(), '{{}}'::jsonb FROM given_back WHERE status = 'dead'
-)
-SELECT count(*) FROM given_back, (SELECT count(*) FROM released_notified) AS notified,
-    (SELECT count(*) FROM results_notified) AS results
-"""
+{_GIVE_BACK.format(last_words="its worker process was gone on the last attempt")},
+{_GIVEN_BACK}"""
 
 # reclaim_expired: requeue running jobs whose lease expired (their worker died or stalled), or
 # bury them when that was their last attempt (releasing the children whose edges allow it, and
@@ -222,10 +241,24 @@ def release(alias: str, held: Sequence[tuple[ClaimedJob, bool]]) -> None:
         "job_ids": [job.id for job, _ in held],
         "tokens": [job.lease_token for job, _ in held],
         "started": [started for _, started in held],
+        "details": "{}",
         "channel": app_settings.NOTIFY_CHANNEL,
         **channel_param(),
     }
     execute(alias, RELEASE, params)
+
+
+def release_abandoned(alias: str, worker: str, started: Sequence[int], reason: str) -> int:
+    """Run RELEASE_ABANDONED for the jobs ``worker`` (a child process now gone) held; ``started`` are
+    those whose handler it had started. Return how many went back (or ended dead)."""
+    params = {
+        "worker": worker,
+        "started": list(started),
+        "details": json.dumps({"worker": worker, "reason": reason}),
+        "channel": app_settings.NOTIFY_CHANNEL,
+        **channel_param(),
+    }
+    return int(execute(alias, RELEASE_ABANDONED, params)[0][0])
 
 
 def reclaim_expired(alias: str, *, limit: int = 1000) -> int:

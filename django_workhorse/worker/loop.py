@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Protocol
 
 from django.db import DatabaseError, close_old_connections, connections
 
@@ -31,7 +32,9 @@ from django_workhorse.tasks import registry
 from django_workhorse.types import EnqueueOutcome
 from django_workhorse.worker import current
 from django_workhorse.worker.context import HandlerContext
+from django_workhorse.worker.database_wait import DatabaseWait
 from django_workhorse.worker.execution import Outcome, execute, failure
+from django_workhorse.worker.health import Health
 from django_workhorse.worker.held import HeldJob
 from django_workhorse.worker.recording import close_connection, write_outcomes
 
@@ -51,13 +54,27 @@ class WorkerStats:
     failed_threads: list[str] = field(default_factory=list)
 
 
+class AttemptObserver(Protocol):
+    """Told when each attempt's handler starts and when the attempt ends (a supervisor's child
+    reports them, for hard time limits and to know which jobs had started)."""
+
+    def started(self, job: sql.claims.ClaimedJob) -> None:
+        """The handler of ``job`` is about to run."""
+
+    def ended(self, job: sql.claims.ClaimedJob) -> None:
+        """The attempt of ``job`` ended (its outcome is about to be recorded)."""
+
+
 class Worker:
     """Run jobs of ``queues`` on ``concurrency`` threads until stopped (or, in burst mode, idle).
 
     Wakes on LISTEN/NOTIFY (on the ``listen_using`` alias; ``None`` polls only, as behind
     PgBouncer in transaction mode) and polls every ``poll_interval`` seconds as a fallback. With
     ``scheduler`` (the default) it also evaluates the periodic schedules, at most once per
-    ``WORKHORSE_SCHEDULE_INTERVAL``, on a thread of its own.
+    ``WORKHORSE_SCHEDULE_INTERVAL``, on a thread of its own. While its database is unreachable it
+    waits with backoff (``max_db_wait`` seconds at most, if given); ``health`` hears every heartbeat.
+    ``kind`` and ``supervisor`` say what its registry row shows (a child of a supervisor process
+    names it); ``observer`` hears of each attempt's start and end.
     """
 
     def __init__(
@@ -75,6 +92,11 @@ class Worker:
         listen_using: str | None = "default",
         name: str | None = None,
         scheduler: bool = True,
+        max_db_wait: float | None = None,
+        health: Health | None = None,
+        kind: str = "worker",
+        supervisor: str = "",
+        observer: AttemptObserver | None = None,
         job_types: Sequence[str] | None = None,
     ) -> None:
         self.queues = list(queues)
@@ -98,6 +120,10 @@ class Worker:
         self.using = using
         self.listen_using = listen_using
         self.scheduler = scheduler
+        self.kind = kind
+        self.supervisor = supervisor
+        self.observer = observer
+        self._stop_state = "draining"
         self.name = name or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.stats = WorkerStats()
         self._stopping = threading.Event()
@@ -108,6 +134,10 @@ class Worker:
         self._held: dict[int, HeldJob] = {}
         self._work: queue.Queue[HeldJob | None] = queue.Queue()
         self._outcomes: queue.Queue[Outcome | None] = queue.Queue()
+        self.health = health
+        self._database = DatabaseWait(
+            using, max_wait=max_db_wait, stopping=self._stopping, beat=self._beat, beat_every=lease.total_seconds() / 3
+        )
 
     # -- public --------------------------------------------------------------------------------
 
@@ -122,16 +152,20 @@ class Worker:
         """Work until stopped (SIGTERM/SIGINT or :meth:`stop`), or until idle in burst mode.
 
         Raise ``WorkerThreadError`` (after stopping and releasing the jobs still held) if one of
-        the worker's threads died of an unexpected error.
+        the worker's threads died of an unexpected error, and ``DatabaseUnavailableError`` if the
+        database did not answer for longer than ``max_db_wait``.
         """
         logger.info("Worker starting name=%s queues=%s concurrency=%s", self.name, self.queues, self.concurrency)
-        executors = [self._thread(self._execute_forever, f"executor-{i}") for i in range(self.concurrency)]
-        recorder = self._thread(self._record_forever, "recorder")
-        helpers = [self._thread(self._heartbeat_forever, "heartbeat")]
-        if self.listen_using is not None:
-            helpers.append(self._thread(self._listen_forever, "listener"))
-        if self.scheduler:
-            helpers.append(self._thread(self._schedule_forever, "scheduler"))
+        with self._signals_stop_me():
+            if self._database.call(self._register) is None:  # stopped while waiting for the database
+                return self.stats
+            self._run_registered()
+        logger.info("Worker stopped name=%s claimed=%s finished=%s", self.name, self.stats.claimed, self.stats.finished)
+        if self.stats.failed_threads:
+            raise WorkerThreadError(self.stats.failed_threads)
+        return self.stats
+
+    def _register(self) -> bool:
         sql.housekeeping.register_worker(
             self.using,
             name=self.name,
@@ -139,25 +173,37 @@ class Worker:
             pid=os.getpid(),
             queues=self.queues,
             concurrency=self.concurrency,
+            kind=self.kind,
+            supervisor=self.supervisor,
             job_types=self.job_types,
         )
         # Jobs held for want of a handler that this worker has come back now, not at their hold's end.
         sql.capability.return_runnable(self.using, queues=self.queues, job_types=self.job_types)
-        with self._signals_stop_me():
-            try:
-                self._claim_until_done()
-            finally:
-                self._drain(executors, recorder, helpers)
-                self._deregister()
-        logger.info("Worker stopped name=%s claimed=%s finished=%s", self.name, self.stats.claimed, self.stats.finished)
-        if self.stats.failed_threads:
-            raise WorkerThreadError(self.stats.failed_threads)
-        return self.stats
+        return True
+
+    def _run_registered(self) -> None:
+        executors = [self._thread(self._execute_forever, f"executor-{i}") for i in range(self.concurrency)]
+        recorder = self._thread(self._record_forever, "recorder")
+        helpers = [self._thread(self._heartbeat_forever, "heartbeat")]
+        if self.listen_using is not None:
+            helpers.append(self._thread(self._listen_forever, "listener"))
+        if self.scheduler:
+            helpers.append(self._thread(self._schedule_forever, "scheduler"))
+        try:
+            self._claim_until_done()
+        finally:
+            self._drain(executors, recorder, helpers)
+            self._deregister()
 
     def stop(self) -> None:
         """Stop claiming; running handlers get ``drain_timeout`` to finish."""
         self._stopping.set()
         self._wake.set()
+
+    def recycle(self) -> None:
+        """Stop as :meth:`stop` does, saying "recycling" (a supervisor replaces this process)."""
+        self._stop_state = "recycling"
+        self.stop()
 
     def wait_until_listening(self, timeout: float) -> bool:
         """Block until the LISTEN connection is up (for tests and tools); return whether it is."""
@@ -175,9 +221,12 @@ class Worker:
                 next_reclaim = self._reclaim_if_due(next_reclaim)
                 next_maintenance = self._maintain_if_due(next_maintenance)
                 claimed = self._claim()
-            except DatabaseError:
-                logger.exception("Claim failed; retrying after the poll interval")
+            except DatabaseError as exc:
                 connections[self.using].close()
+                if not self._database.answers():  # down: back off (give up after max_db_wait), claim again
+                    self._database.until_up(exc)
+                    continue
+                logger.exception("Claim failed; retrying after the poll interval")
                 claimed = 0
             if self._should_exit(claimed, idle_before):
                 return
@@ -273,13 +322,20 @@ class Worker:
             try:
                 close_old_connections()
                 held.wait_for_start()
-                outcome = execute(held.job, held.context, started=held.mark_started)
+                outcome = execute(held.job, held.context, started=functools.partial(self._started, held))
             except Exception as exc:  # the worker's own failure around the handler: the job's failure
                 logger.exception("Running job failed id=%s", held.job.id, extra=job_fields(held.job))
                 outcome = failure(held.job, exc)
             held.ended = True
+            if self.observer is not None:
+                self.observer.ended(held.job)
             self._outcomes.put(dataclasses.replace(outcome, duration=time.perf_counter() - began))
         connections.close_all()
+
+    def _started(self, held: HeldJob) -> None:
+        held.mark_started()
+        if self.observer is not None:
+            self.observer.started(held.job)
 
     def _record_forever(self) -> None:
         # One writer for every executor's outcomes: under load they accumulate while the previous
@@ -338,10 +394,11 @@ class Worker:
     def _heartbeat_forever(self) -> None:
         # Runs through the drain too: handlers still finishing keep their leases.
         while not self._heartbeats_done.wait(self.lease.total_seconds() / 3):
+            self._beat()
             try:
                 self._heartbeat()
             except Exception:
-                logger.exception("Worker heartbeat failed")
+                self._log_failure("Worker heartbeat failed")
                 self._close_connection()
         connections.close_all()
 
@@ -359,13 +416,25 @@ class Worker:
         if held:
             self._extend(held)
         try:
-            sql.housekeeping.touch_worker(self.using, self.name)
+            if not sql.housekeeping.touch_worker(self.using, self.name):
+                self._register()  # maintenance forgot it as stale (a long outage): record it again
             sql.capability.hold_without_handler(
                 self.using, queues=self.queues, hold=HOLD_WITHOUT_HANDLER, stale_after=app_settings.WORKER_STALE_AFTER
             )
         except DatabaseError:
-            logger.exception("Worker heartbeat failed")
+            self._log_failure("Worker heartbeat failed")
             self._close_connection()
+
+    def _beat(self) -> None:
+        if self.health is not None:
+            self.health.beat()
+
+    def _log_failure(self, message: str) -> None:
+        # While the claim loop waits for the database it logs the outage, once per backoff step.
+        if self._database.waiting.is_set():
+            logger.debug(message, exc_info=True)
+        else:
+            logger.exception(message)
 
     def _heartbeat_one(self, job_id: int) -> None:
         with self._lock:
@@ -377,7 +446,7 @@ class Worker:
         try:
             alive = sql.claims.extend_leases(self.using, [h.job for h in held], self.lease)
         except DatabaseError:
-            logger.exception("Extending leases failed")
+            self._log_failure("Extending leases failed")
             self._close_connection()
             return
         for job in held:
@@ -403,7 +472,7 @@ class Worker:
                                 self._wake.set()
             except Exception:  # polling covers the gap
                 self._listening.clear()
-                logger.exception("LISTEN connection failed; reconnecting")
+                self._log_failure("LISTEN connection failed; reconnecting")
                 self._stopping.wait(1.0)
 
     # -- schedules -----------------------------------------------------------------------------
@@ -420,7 +489,7 @@ class Worker:
                 close_old_connections()
                 enqueued = scheduler.enqueue_due_schedules(using=self.using)
             except Exception:
-                logger.exception("Evaluating the schedules failed; trying again after the interval")
+                self._log_failure("Evaluating the schedules failed; trying again after the interval")
                 self._close_connection()
             else:
                 if accepted := [r.job_id for r in enqueued if r.outcome is EnqueueOutcome.ACCEPTED]:
@@ -435,6 +504,7 @@ class Worker:
         self, executors: list[threading.Thread], recorder: threading.Thread, helpers: list[threading.Thread]
     ) -> None:
         self._stopping.set()
+        self._say_state()
         self._release_unstarted()
         for _ in range(self.concurrency):
             self._work.put(None)
@@ -453,6 +523,14 @@ class Worker:
         self._heartbeats_done.set()
         for thread in helpers:
             thread.join(5)
+
+    def _say_state(self) -> None:
+        recycling = self.kind == "child" and self.max_jobs is not None and self.stats.claimed >= self.max_jobs
+        try:
+            sql.housekeeping.set_worker_state(self.using, self.name, "recycling" if recycling else self._stop_state)
+        except DatabaseError:
+            logger.exception("Saying the worker's state failed")
+            self._close_connection()
 
     def _deregister(self) -> None:
         try:

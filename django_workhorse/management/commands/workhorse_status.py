@@ -100,6 +100,9 @@ def worker_json(worker: WorkerStatus, now: datetime) -> dict[str, object]:
         "pid": worker.pid,
         "queues": worker.queues,
         "concurrency": worker.concurrency,
+        "kind": worker.kind,
+        "supervisor": worker.supervisor,
+        "state": worker.state,
         "started_at": worker.started_at.isoformat(),
         "heartbeat_at": worker.heartbeat_at.isoformat(),
         "heartbeat_age_seconds": round(max((now - worker.heartbeat_at).total_seconds(), 0.0), 3),
@@ -329,14 +332,16 @@ class Command(BaseCommand):
                 w.name,
                 w.host,
                 w.pid,
+                w.kind,
+                w.state,
                 ",".join(w.queues),
                 f"{human_age(now - w.heartbeat_at)} ago",
                 ", ".join(map(str, w.running_job_ids)) or "-",
             ]
             for w in registered
         ]
-        headers = ["name", "host", "pid", "queues", "last heartbeat", "running jobs"]
-        for line in format_table(headers, rows, right=[2, 4]):
+        headers = ["name", "host", "pid", "kind", "state", "queues", "last heartbeat", "running jobs"]
+        for line in format_table(headers, rows, right=[2, 6]):
             self.stdout.write(line)
 
     def _write_schedules(self, schedules: list[ScheduleOverview], left_out: list[ScheduleProblem]) -> None:

@@ -4,19 +4,26 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from django.core.management.base import CommandError, CommandParser, OutputWrapper
+from django.utils.autoreload import get_child_arguments
 from django.utils.module_loading import autodiscover_modules
 
 from django_workhorse.conf import DEFAULT_DRAIN_TIMEOUT, DEFAULT_LEASE
-from django_workhorse.exceptions import WorkerThreadError
+from django_workhorse.exceptions import DatabaseUnavailableError, InvalidArgumentError, WorkerThreadError
+from django_workhorse.management import arguments
 from django_workhorse.management.evaluating import EvaluatingCommand
+from django_workhorse.management.health import serving_health
 from django_workhorse.schedules.evaluation import report_left_out_schedules
-from django_workhorse.worker import Worker
+from django_workhorse.worker import Worker, supervisor
+from django_workhorse.worker import child as children
+from django_workhorse.worker.database_wait import MAX_DB_WAIT
 
 MAX_CONCURRENCY = 100
 # How django_workhorse's records read on the console when the project's logging shows them nowhere.
@@ -57,6 +64,13 @@ def queue_list(text: str) -> list[str]:
     return names
 
 
+def memory_size(text: str) -> int:
+    try:
+        return supervisor.parse_memory_size(text)
+    except InvalidArgumentError as exc:
+        raise argparse.ArgumentTypeError(f"must be {exc.bound}") from None
+
+
 def serve_metrics(address: str, port: int) -> None:
     """Start the metrics server of --metrics-port, or say why it cannot run."""
     try:
@@ -67,6 +81,34 @@ def serve_metrics(address: str, port: int) -> None:
         server.serve(address, port)
     except OSError as exc:
         raise CommandError(f"--metrics-port: cannot serve on {address}:{port}: {exc.strerror or exc}") from exc
+
+
+def check_process_options(*, max_jobs: int | None, metrics_port: int | None, memory: int | None) -> None:
+    """Refuse, with exit code 2, what --processes cannot do (yet)."""
+    if max_jobs is not None:
+        raise CommandError("--max-jobs: not with --processes (use --max-jobs-per-child)", returncode=2)
+    if metrics_port is not None:
+        raise CommandError("--metrics-port: not with --processes yet", returncode=2)
+    if memory is not None and not supervisor.can_read_memory():
+        raise CommandError("--max-memory-per-child: needs /proc to read memory (Linux)", returncode=2)
+
+
+def supervised(child: children.ChildIdentity) -> dict[str, Any]:
+    """The Worker options of a supervisor's child."""
+    return {
+        "name": child.name,
+        "kind": "child",
+        "supervisor": child.supervisor,
+        "observer": children.ChildReporter(child),
+    }
+
+
+def watch_supervisor(worker: Worker, child: children.ChildIdentity) -> None:
+    """A child drains when its supervisor goes away, recycles on SIGUSR1, and leaves SIGHUP to its
+    supervisor (which replaces it)."""
+    children.ChildReporter(child).watch_supervisor(worker.stop)
+    signal.signal(signal.SIGUSR1, lambda *_: worker.recycle())
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
 
 
 class ConsoleHandler(logging.Handler):
@@ -106,7 +148,8 @@ def console_logging(stream: OutputWrapper, level: int) -> Iterator[None]:
 class Command(EvaluatingCommand):
     help = (
         "Run django-workhorse jobs until SIGTERM/SIGINT (or, with --burst, until no job is ready). "
-        "Exits with status 1 if a worker thread died of an unexpected error. A schedule the system checks "
+        "Exits with status 1 if a worker thread died of an unexpected error, or if the database stayed "
+        "unreachable past --max-db-wait (without it the worker waits for ever). A schedule the system checks "
         "report is left out and logged; the others and every queue still run."
     )
 
@@ -143,6 +186,58 @@ class Command(EvaluatingCommand):
             dest="scheduler",
             help="Do not evaluate the periodic schedules (another worker or workhorse_scheduler does).",
         )
+        self._add_health_arguments(parser)
+        self.add_process_arguments(parser)
+
+    def _add_health_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--max-db-wait",
+            type=arguments.seconds(0, MAX_DB_WAIT),
+            default=None,
+            help="Give up (exit status 1) once the database has been unreachable this long (default: wait for ever).",
+        )
+        parser.add_argument(
+            "--health-file",
+            type=arguments.file_in_existing_folder,
+            default=None,
+            help="Touch this file on every heartbeat (its mtime says the worker is alive).",
+        )
+        parser.add_argument(
+            "--health-port",
+            type=bounded_int(1, 65535),
+            default=None,
+            help="Serve HTTP /live (heartbeats) and /ready (the database answers) on this port.",
+        )
+        parser.add_argument(
+            "--health-address", default="127.0.0.1", help="Address of --health-port (127.0.0.1; 0.0.0.0 for all)."
+        )
+
+    def add_process_arguments(self, parser: CommandParser) -> None:
+        processes = parser.add_argument_group("processes")
+        processes.add_argument(
+            "--processes",
+            type=bounded_int(1, supervisor.MAX_PROCESSES),
+            default=1,
+            help="Child processes, each with --concurrency threads, under a supervisor (1..64; 1: no supervisor).",
+        )
+        processes.add_argument(
+            "--max-jobs-per-child",
+            type=bounded_int(1, 10**9),
+            default=None,
+            help="Replace a child once it has claimed this many jobs (after it finishes them).",
+        )
+        processes.add_argument(
+            "--max-memory-per-child",
+            type=memory_size,
+            default=None,
+            help="Replace a child whose resident memory exceeds this (512M, 2G) once it finishes its jobs.",
+        )
+        processes.add_argument(
+            "--timeout-grace",
+            type=positive_seconds,
+            default=10.0,
+            help="With --processes: kill a child whose handler runs this long past its job's timeout (10 s).",
+        )
 
     def handle(
         self,
@@ -160,17 +255,52 @@ class Command(EvaluatingCommand):
         scheduler: bool,
         metrics_port: int | None,
         metrics_address: str,
+        max_db_wait: float | None,
+        health_file: Path | None,
+        health_port: int | None,
+        health_address: str,
         verbosity: int,
+        processes: int = 1,
+        max_jobs_per_child: int | None = None,
+        max_memory_per_child: int | None = None,
+        timeout_grace: float = 10.0,
         **options: Any,
     ) -> None:
         level = {0: logging.WARNING, 1: logging.INFO}.get(verbosity, logging.DEBUG)
         logging.getLogger("django_workhorse").setLevel(level)
-        with console_logging(self.stderr, level):
+        child = children.child_identity()
+        if child is not None:  # the supervisor serves the health file and port, not each child
+            health_file = health_port = None
+        health = serving_health(
+            database=database, file=health_file, port=health_port, address=health_address, heartbeat=lease / 3
+        )
+        with console_logging(self.stderr, level), health as health_state:
             # Handlers register on import: load every installed app's tasks module, as the web
             # process may import them only from views the worker never loads.
             autodiscover_modules("tasks")
             report_left_out_schedules()
             listen = database if listen_database is None else (None if listen_database == "none" else listen_database)
+            if child is None and processes > 1:
+                check_process_options(max_jobs=max_jobs, metrics_port=metrics_port, memory=max_memory_per_child)
+                try:
+                    supervisor.Supervisor(
+                        get_child_arguments(),
+                        processes=processes,
+                        queues=queues,
+                        concurrency=concurrency,
+                        using=database,
+                        burst=burst,
+                        max_memory=max_memory_per_child,
+                        timeout_grace=timedelta(seconds=timeout_grace),
+                        heartbeat=timedelta(seconds=lease / 3),
+                        max_db_wait=max_db_wait,
+                        health=health_state,
+                    ).run()
+                except DatabaseUnavailableError as exc:
+                    raise CommandError(str(exc), returncode=1) from exc
+                return
+            if child is None and (max_jobs_per_child or max_memory_per_child):
+                raise CommandError("--max-jobs-per-child, --max-memory-per-child: need --processes 2..64", returncode=2)
             worker = Worker(
                 queues=queues,
                 concurrency=concurrency,
@@ -178,18 +308,27 @@ class Command(EvaluatingCommand):
                 lease=timedelta(seconds=lease),
                 poll_interval=poll_interval,
                 burst=burst,
-                max_jobs=max_jobs,
+                max_jobs=max_jobs if child is None else max_jobs_per_child,
                 drain_timeout=timedelta(seconds=drain_timeout),
                 using=database,
                 listen_using=listen,
                 scheduler=scheduler,
+                max_db_wait=max_db_wait,
+                health=health_state,
+                **({} if child is None else supervised(child)),
             )
-            if metrics_port is not None:
+            if child is not None:
+                watch_supervisor(worker, child)
+            elif metrics_port is not None:
                 serve_metrics(metrics_address, metrics_port)
             try:
                 stats = worker.run()
             except WorkerThreadError as exc:
                 # The worker stopped and released its jobs; a non-zero status tells its supervisor.
                 raise CommandError(str(exc), returncode=1) from exc
+            except DatabaseUnavailableError as exc:
+                raise CommandError(str(exc), returncode=1) from exc
+        if child is not None and max_jobs_per_child is not None and stats.claimed >= max_jobs_per_child:
+            children.ChildReporter(child).recycling()
         if verbosity:
             self.stdout.write(f"Claimed {stats.claimed} job(s); finished: {stats.finished or 'none'}.")
