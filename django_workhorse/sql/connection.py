@@ -45,24 +45,26 @@ def listen(alias: str, channel: str) -> Iterator[psycopg.Connection[Any]]:
 PING = "SELECT 1"
 
 
-def ping(alias: str) -> None:
-    """Run PING on ``alias``'s connection; raise Django's ``DatabaseError`` if the database does not answer."""
-    run(alias, PING, {})
-
-
-def answers(alias: str, timeout: float) -> bool:
-    """Whether ``alias``'s database answers PING within about ``timeout`` seconds, on a connection of its
-    own (outside Django's, so any thread may ask: a health probe)."""
+def ping_directly(alias: str, timeout: float) -> None:
+    """Run PING on a connection of its own to ``alias``'s database (outside Django's, so any thread
+    may ask, and a broken transaction of this thread's connection does not count as an outage);
+    raise ``psycopg.Error`` if it does not answer within about ``timeout`` seconds."""
     params = connections[alias].get_connection_params()
     for django_only in ("cursor_factory", "context", "prepare_threshold", "server_side_binding"):
         params.pop(django_only, None)
     params["connect_timeout"] = max(int(timeout), 1)
     params["options"] = f"{params.get('options', '')} -c statement_timeout={int(timeout * 1000)}".strip()
+    with psycopg.connect(**params, autocommit=True) as conn:
+        conn.execute(PING).fetchone()
+
+
+def answers(alias: str, timeout: float) -> bool:
+    """Whether ``alias``'s database answers PING within about ``timeout`` seconds (``ping_directly``)."""
     try:
-        with psycopg.connect(**params, autocommit=True) as conn:
-            return conn.execute(PING).fetchone() == (1,)
+        ping_directly(alias, timeout)
     except psycopg.Error:
         return False
+    return True
 
 
 def constraint_name(exc: BaseException) -> str | None:

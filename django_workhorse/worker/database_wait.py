@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
+import psycopg
 from django.db import DatabaseError, connections
 
 from django_workhorse import sql
@@ -27,6 +28,10 @@ BACKOFF_START = 0.5
 BACKOFF_CAP = 30.0
 # The longest --max-db-wait (a week); no value waits for ever.
 MAX_DB_WAIT = 7 * 24 * 3600.0
+
+
+# How long a ping waits for the database before it counts as down.
+PING_TIMEOUT = 5.0
 
 
 @dataclass(frozen=True)
@@ -121,14 +126,14 @@ class DatabaseWait:
                     return None
 
     def answers(self) -> bool:
-        """Whether the database answers now (on a fresh connection of this thread)."""
+        """Whether the database answers now (on a connection of its own: this thread's may be in a
+        broken transaction, which is the caller's error, not an outage)."""
         return self._ping() is None
 
     def _ping(self) -> BaseException | None:
         try:
-            sql.connection.ping(self.alias)
-        except DatabaseError as exc:
-            connections[self.alias].close()
+            sql.connection.ping_directly(self.alias, PING_TIMEOUT)
+        except psycopg.Error as exc:
             return exc
         return None
 
