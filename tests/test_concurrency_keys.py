@@ -755,6 +755,10 @@ def test_only_the_claim_statements_touch_concurrency_slots():
         "claims.CLAIM_RATED",
         "claims.CLAIM_FAIR",
         "claims.CLAIM_FAIR_RATED",
+        "claims.CLAIM_CAPABLE",
+        "claims.CLAIM_CAPABLE_RATED",
+        "claims.CLAIM_FAIR_CAPABLE",
+        "claims.CLAIM_FAIR_CAPABLE_RATED",
         "claims.CLAIM_JOB",
         "claims.CLAIM_JOB_RATED",
     ]
