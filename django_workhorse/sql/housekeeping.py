@@ -5,6 +5,8 @@ The maintenance lease that lets one run at a time is in ``sql.leases``."""
 from __future__ import annotations
 
 import json
+import os
+import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -179,17 +181,16 @@ def register_worker(
     alias: str,
     *,
     name: str,
-    host: str,
-    pid: int,
     queues: Sequence[str],
     concurrency: int,
     kind: str = "worker",
     supervisor: str = "",
     job_types: Sequence[str] | None = None,
 ) -> None:
-    """Run REGISTER_WORKER (``job_types``: what the worker claims, ``tasks.registry.capabilities()``)."""
+    """Run REGISTER_WORKER for this process, on this host (``job_types``: what the worker claims,
+    ``tasks.registry.capabilities()``)."""
     params = {
-        "name": name, "host": host, "pid": pid, "queues": json.dumps(list(queues)), "concurrency": concurrency,
+        "name": name, "host": socket.gethostname(), "pid": os.getpid(), "queues": json.dumps(list(queues)), "concurrency": concurrency,
         "kind": kind, "supervisor": supervisor, "job_types": None if job_types is None else json.dumps(list(job_types)),
     }  # fmt: skip
     run(alias, REGISTER_WORKER, params)

@@ -169,8 +169,6 @@ class Worker:
         sql.housekeeping.register_worker(
             self.using,
             name=self.name,
-            host=socket.gethostname(),
-            pid=os.getpid(),
             queues=self.queues,
             concurrency=self.concurrency,
             kind=self.kind,

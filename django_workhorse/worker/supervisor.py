@@ -219,8 +219,6 @@ class Supervisor:
         sql.housekeeping.register_worker(
             self.using,
             name=self.name,
-            host=socket.gethostname(),
-            pid=os.getpid(),
             queues=self.queues,
             concurrency=self.processes * self.concurrency,
             kind="supervisor",
