@@ -12,8 +12,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Protocol
@@ -30,7 +29,7 @@ from django_workhorse.observability.log_fields import job_fields, job_ids
 from django_workhorse.operations.maintenance import run_maintenance
 from django_workhorse.tasks import registry
 from django_workhorse.types import EnqueueOutcome
-from django_workhorse.worker import current
+from django_workhorse.worker import current, signal_relay
 from django_workhorse.worker.context import HandlerContext
 from django_workhorse.worker.database_wait import DatabaseWait
 from django_workhorse.worker.execution import Outcome, execute, failure
@@ -156,7 +155,7 @@ class Worker:
         database did not answer for longer than ``max_db_wait``.
         """
         logger.info("Worker starting name=%s queues=%s concurrency=%s", self.name, self.queues, self.concurrency)
-        with self._signals_stop_me():
+        with signal_relay.relayed({signal.SIGTERM: self.stop, signal.SIGINT: self.stop}):
             if self._database.call(self._register) is None:  # stopped while waiting for the database
                 return self.stats
             self._run_registered()
@@ -558,18 +557,6 @@ class Worker:
         except Exception:  # their leases lapse instead, and another worker reclaims them
             logger.exception("Releasing jobs failed count=%s; their leases will lapse", len(held))
             self._close_connection()
-
-    @contextmanager
-    def _signals_stop_me(self) -> Iterator[None]:
-        if threading.current_thread() is not threading.main_thread():
-            yield
-            return
-        previous = {sig: signal.signal(sig, lambda *_: self.stop()) for sig in (signal.SIGTERM, signal.SIGINT)}
-        try:
-            yield
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
 
     def _thread(self, target: Callable[[], None], name: str) -> threading.Thread:
         thread = threading.Thread(target=self._supervised, args=(target, name), name=f"workhorse-{name}", daemon=True)

@@ -22,8 +22,8 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager, suppress
+from collections.abc import Callable, Sequence
+from contextlib import suppress
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -34,6 +34,7 @@ from django_workhorse import sql
 from django_workhorse.exceptions import AttemptTimeoutError, HandlerNotRegisteredError, InvalidArgumentError
 from django_workhorse.models import Job, JobStatus, WorkerRecord
 from django_workhorse.tasks.registry import Handler, get_handler
+from django_workhorse.worker import signal_relay
 from django_workhorse.worker.child import CHILD_ENVIRONMENT
 from django_workhorse.worker.database_wait import DatabaseWait
 from django_workhorse.worker.execution import failure
@@ -187,7 +188,9 @@ class Supervisor:
         logger.info("Supervisor starting name=%s processes=%s", self.name, self.processes)
         next_heartbeat = time.monotonic() + self.heartbeat
         next_memory_check = 0.0
-        with self._signals():
+        with signal_relay.relayed(
+            {signal.SIGTERM: self.request_stop, signal.SIGINT: self.request_stop, signal.SIGHUP: self.request_reload}
+        ):
             try:
                 if self._database.call(self._register) is None:  # stopped while waiting for the database
                     return self.stats
@@ -480,23 +483,6 @@ class Supervisor:
     def _signal(child: _Child, signum: int) -> None:
         with suppress(ProcessLookupError):  # exited meanwhile: the next reap sees it
             child.popen.send_signal(signum)
-
-    @contextmanager
-    def _signals(self) -> Iterator[None]:
-        if threading.current_thread() is not threading.main_thread():
-            yield
-            return
-        handlers = {
-            signal.SIGTERM: lambda *_: self.request_stop(),
-            signal.SIGINT: lambda *_: self.request_stop(),
-            signal.SIGHUP: lambda *_: self.request_reload(),
-        }
-        previous = {sig: signal.signal(sig, handler) for sig, handler in handlers.items()}
-        try:
-            yield
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
 
     def _db(self, doing: str, statement: Callable[..., Any], *args: Any) -> Any:
         """Run ``statement``; on a database error log it and carry on (leases cover what it missed)."""

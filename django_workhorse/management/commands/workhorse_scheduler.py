@@ -17,6 +17,7 @@ from django_workhorse.management.evaluating import EvaluatingCommand
 from django_workhorse.observability.log_fields import job_ids
 from django_workhorse.schedules.evaluation import enqueue_due_schedules, report_left_out_schedules
 from django_workhorse.types import EnqueueOutcome, EnqueueResult
+from django_workhorse.worker import signal_relay
 from django_workhorse.worker.database_wait import MAX_DB_WAIT, DatabaseWait
 
 logger = logging.getLogger("django_workhorse.schedules.evaluation")
@@ -52,17 +53,15 @@ class Command(EvaluatingCommand):
             self._report(enqueue_due_schedules(using=database), verbosity, always=True)
             return
         stopping = threading.Event()
-        previous = {sig: signal.signal(sig, lambda *_: stopping.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
         database_wait = DatabaseWait(database, max_wait=max_db_wait, stopping=stopping)
         try:
-            while not stopping.is_set():
-                if self._evaluate(database, database_wait, verbosity):
-                    stopping.wait(app_settings.SCHEDULE_INTERVAL.total_seconds())
+            with signal_relay.relayed({signal.SIGTERM: stopping.set, signal.SIGINT: stopping.set}):
+                while not stopping.is_set():
+                    if self._evaluate(database, database_wait, verbosity):
+                        stopping.wait(app_settings.SCHEDULE_INTERVAL.total_seconds())
         except DatabaseUnavailableError as exc:
             raise CommandError(str(exc), returncode=1) from exc
         finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
             connections[database].close()
 
     def _evaluate(self, database: str, database_wait: DatabaseWait, verbosity: int) -> bool:

@@ -21,7 +21,7 @@ from django_workhorse.management import arguments
 from django_workhorse.management.evaluating import EvaluatingCommand
 from django_workhorse.management.health import serving_health
 from django_workhorse.schedules.evaluation import report_left_out_schedules
-from django_workhorse.worker import Worker, supervisor
+from django_workhorse.worker import Worker, signal_relay, supervisor
 from django_workhorse.worker import child as children
 from django_workhorse.worker.database_wait import MAX_DB_WAIT
 
@@ -107,7 +107,7 @@ def watch_supervisor(worker: Worker, child: children.ChildIdentity) -> None:
     """A child drains when its supervisor goes away, recycles on SIGUSR1, and leaves SIGHUP to its
     supervisor (which replaces it)."""
     children.ChildReporter(child).watch_supervisor(worker.stop)
-    signal.signal(signal.SIGUSR1, lambda *_: worker.recycle())
+    signal_relay.SignalRelay({signal.SIGUSR1: worker.recycle}).start()  # for the child's whole life
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
 
 
