@@ -162,7 +162,7 @@ def accuracy(args: argparse.Namespace) -> None:
 
 
 def work(rate: int, index: int) -> None:
-    """One worker process of --accuracy: 8 threads, batch 50, until SIGTERM."""
+    """One worker process of --accuracy: 8 threads, batch 50, until SIGTERM (Worker.run stops on it)."""
     setup_django(DATABASE, migrate=False)  # the parent did; two migrating at once collide
     from django.conf import settings
 
@@ -172,7 +172,6 @@ def work(rate: int, index: int) -> None:
 
     register("bench.noop", lambda payload: time.time())  # when the handler began, as its result
     worker = Worker(concurrency=8, batch=50, listen_using=None, poll_interval=0.05, name=f"bench-rate-{index}")
-    signal.signal(signal.SIGTERM, lambda *_: worker.stop())
     worker.run()
 
 
