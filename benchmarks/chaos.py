@@ -1,6 +1,6 @@
 """Chaos run: many jobs, workers killed with SIGKILL, PostgreSQL restarted, poison jobs mixed in.
 
-    .venv/bin/python benchmarks/chaos.py [--n 100000] [--workers 3] [--kill-every 3] [--pg-restarts 2]
+    .venv/bin/python benchmarks/chaos.py [--n 100000] [--workers 3] [--processes 1] [--kill-every 3] [--pg-restarts 2]
         [--poison 0.01] [--lease 5] [--timeout 600] [--seed 1] [--out chaos.json] [--keep]
 
 What it does:
@@ -19,7 +19,8 @@ What it does:
 3. Runs ``--workers`` real ``manage.py workhorse_worker`` subprocesses (settings
    ``benchmarks.chaos_settings``, ``--lease`` seconds, so a killed worker's jobs come back fast).
    Every ``--kill-every`` seconds one of them, picked at random, gets SIGKILL and is replaced at
-   once. When the finished fraction of jobs reaches 1/(k+1), 2/(k+1), ... for ``--pg-restarts``
+   once. With ``--processes K`` each worker is a supervisor of K children, and the SIGKILL hits a
+   random child of a random supervisor, which replaces it and releases its jobs. When the finished fraction of jobs reaches 1/(k+1), 2/(k+1), ... for ``--pg-restarts``
    k, the server is stopped (alternately ``-m fast`` and ``-m immediate``, i.e. a crash and
    recovery), left down ``--pg-downtime`` seconds and started again. A worker that exits on its
    own is reported and replaced.
@@ -43,8 +44,9 @@ What the figures mean (printed, and written as JSON to ``--out``):
 - ``poison_not_dead``: poison jobs that ended ``succeeded`` (or ``cancelled``): an outcome the
   worker should have refused was stored. Reported, but not part of the exit status.
 - ``poison``: per class, how the jobs ended, how many are dead with a readable error (non-empty,
-  and the handler's failure rather than ``lease expired on the last attempt``, which means no
-  attempt's failure was ever recorded), the most common first lines, and one sample error.
+  and the handler's failure rather than ``lease expired on the last attempt`` or, with
+  ``--processes``, ``its worker process was gone on the last attempt``: chaos ended the last
+  attempt, or the worker never recorded a failure), the most common first lines, and one sample error.
 - ``kills``, ``pg_restarts``, ``unexpected_worker_exits``, ``final_worker_exits``, ``wall_seconds``.
 
 Exit status 1 when lost > 0 or stalled > 0; 130 when interrupted. Ctrl-C (or SIGTERM) stops the
@@ -84,7 +86,9 @@ TICK = 0.05
 STARTUP_SECONDS = 3.0  # a worker's Django start-up, before its SIGTERM handler is in place
 POLL_EVERY = 0.5
 PROGRESS_EVERY = 5.0
-LEASE_EXPIRED_ERROR = "lease expired"
+# The errors chaos writes in place of a handler's own: a worker's lease ran out (killed, or cut off
+# from the database), or a supervisor released a killed child's job, on its last attempt.
+CHAOS_ERRORS = ("lease expired", "its worker process was gone")
 ERROR_SAMPLE_CHARS = 200
 TERMINAL_NOT_DEAD = ("succeeded", "cancelled")
 
@@ -210,6 +214,7 @@ class Pool:
             "workhorse_worker",
             *("--concurrency", str(a.concurrency), "--batch", str(a.batch), "--lease", str(a.lease)),
             *("--poll-interval", str(a.poll_interval), "--drain-timeout", str(a.drain_timeout), "--verbosity", "0"),
+            *(("--processes", str(a.processes)) if a.processes > 1 else ()),
         ]
 
     def start_all(self) -> None:
@@ -227,9 +232,13 @@ class Pool:
         slot.started_at = time.time()
 
     def kill_one(self, rng: random.Random) -> None:
-        """SIGKILL a random worker, reap it, start its replacement."""
+        """SIGKILL a random worker, reap it, start its replacement. With ``--processes``, SIGKILL a
+        random child of a random supervisor instead: the supervisor replaces it and releases its jobs."""
         slot = rng.choice(self.slots)
         assert slot.process is not None
+        if self.args.processes > 1:
+            self._kill_child(slot, rng)
+            return
         pid = slot.process.pid
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
@@ -237,6 +246,16 @@ class Pool:
         returncode = slot.process.wait(30)
         self.chaos.kills.append({"pid": pid, "at": at, "returncode": returncode, "slot": slot.index})
         self.spawn(slot)
+
+    def _kill_child(self, slot: WorkerSlot, rng: random.Random) -> None:
+        assert slot.process is not None
+        children = child_pids(slot.process.pid)
+        if not children:  # the supervisor is starting (or replacing every child): the next kill
+            return
+        pid = rng.choice(children)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        self.chaos.kills.append({"pid": pid, "at": time.time(), "slot": slot.index, "supervisor": slot.process.pid})
 
     def replace_exited(self) -> None:
         """Report and replace workers that exited on their own."""
@@ -290,6 +309,18 @@ class Pool:
             exits.append({"pid": process.pid, "returncode": returncode, "after": after, "ran_seconds": ran})
             slot.process = None
         return exits
+
+
+def child_pids(parent: int) -> list[int]:
+    """The live child processes of ``parent`` (from /proc: Linux)."""
+    pids = []
+    for stat_file in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            # pid (comm) state ppid ...: comm may hold spaces and parentheses, so split after the last ")".
+            fields = stat_file.read_text().rsplit(")", 1)[1].split()
+            if int(fields[1]) == parent and fields[0] != "Z":
+                pids.append(int(stat_file.parent.name))
+    return pids
 
 
 def exit_reason(log: Path | None, base: Path) -> dict[str, str]:
@@ -559,7 +590,7 @@ def repeated_executions(
 
 
 def readable(error: str) -> bool:
-    return bool(error.strip()) and not error.startswith(LEASE_EXPIRED_ERROR)
+    return bool(error.strip()) and not error.startswith(CHAOS_ERRORS)
 
 
 def poison_report(classes: dict[int, str], jobs: dict[int, tuple[str, int, str]]) -> dict[str, Any]:
@@ -683,6 +714,12 @@ def parse_args() -> argparse.Namespace:
     add("--lease", type=float, default=5.0, help="workers' lease in seconds (5)")
     add("--retry-base", type=float, default=0.2, help="retry policy base in seconds (0.2)")
     add("--concurrency", type=int, default=4, help="threads per worker (4)")
+    add(
+        "--processes",
+        type=int,
+        default=1,
+        help="each worker a supervisor of this many children, whom the kills hit (1)",
+    )
     add("--batch", type=int, default=20, help="jobs per claim (20)")
     add("--poll-interval", type=float, default=0.2, help="workers' fallback poll in seconds (0.2)")
     add("--drain-timeout", type=float, default=5.0, help="workers' drain timeout on SIGTERM (5)")
