@@ -79,7 +79,7 @@ def stop(process: WorkerProcess) -> None:
 
 
 def test_three_processes_run_every_job_once(spawn):
-    ids = enqueue_work(1000, ms=2)
+    ids = enqueue_work(3000, ms=1)
     supervisor = spawn("--processes", "3", "--burst", "--lease", "60")
 
     assert supervisor.wait(120) == 0, supervisor.output()
