@@ -66,8 +66,8 @@ def claimers(job_ids: list[int]) -> set[str]:
 
 def test_old_and_new_workers_side_by_side_run_every_job_once_and_no_x_on_the_old_one():
     xs, ys = enqueue_jobs(X, 500), enqueue_jobs(Y, 500)
-    old = make_worker(name="old", job_types=OLD, concurrency=2, burst=True)
-    new = make_worker(name="new", job_types=NEW, concurrency=2, burst=True)
+    old = make_worker(name="old", job_types=OLD, concurrency=2, batch=10, burst=True)
+    new = make_worker(name="new", job_types=NEW, concurrency=2, batch=10, burst=True)
 
     first, second = WorkerThread(old).start(), WorkerThread(new).start()
     first.join(120), second.join(120)
@@ -81,7 +81,7 @@ def test_old_and_new_workers_side_by_side_run_every_job_once_and_no_x_on_the_old
 def test_with_only_the_old_worker_x_jobs_wait_unclaimed_and_are_reported(client, django_user_model):
     xs, ys = enqueue_jobs(X, 500), enqueue_jobs(Y, 500)
 
-    with running(make_worker(name="old", job_types=OLD)):
+    with running(make_worker(name="old", job_types=OLD, concurrency=4, batch=25)):
         wait_for(lambda: Job.objects.filter(pk__in=ys, status=JobStatus.SUCCEEDED).count() == 500, timeout=120)
         assert WorkerRecord.objects.get(name="old").job_types == OLD
 

@@ -23,7 +23,17 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKER_MAIN = ROOT / "tests" / "worker_main.py"
-COMMON = ("--poll-interval", "0.05", "--listen-database", "none", "--no-scheduler", "--concurrency", "2")
+COMMON = (
+    "--poll-interval",
+    "0.05",
+    "--listen-database",
+    "none",
+    "--no-scheduler",
+    "--concurrency",
+    "2",
+    "--batch",
+    "10",
+)
 
 
 @pytest.fixture

@@ -43,7 +43,7 @@ def spawn(tmp_path: Path) -> Iterator[Callable[..., WorkerProcess]]:
 
 def enqueue_work(count: int, ms: int = 0) -> list[int]:
     requests = [EnqueueRequest("tests.fleet.work", {"n": n, "ms": ms}) for n in range(count)]
-    return [result.job_id for result in enqueue_many(requests)]
+    return [result.job_id for start in range(0, count, 1000) for result in enqueue_many(requests[start : start + 1000])]
 
 
 def children() -> dict[str, int]:

@@ -35,6 +35,7 @@ from django_workhorse.worker.database_wait import DatabaseWait
 from django_workhorse.worker.execution import Outcome, execute, failure
 from django_workhorse.worker.health import Health
 from django_workhorse.worker.held import HeldJob
+from django_workhorse.worker.own_connections import close_broken_connections
 from django_workhorse.worker.recording import close_connection, write_outcomes
 
 logger = logging.getLogger(__name__)
@@ -212,7 +213,7 @@ class Worker:
         next_reclaim = 0.0
         next_maintenance = time.monotonic() + app_settings.MAINTENANCE_INTERVAL.total_seconds()
         while not self._stopping.is_set():
-            close_old_connections()
+            close_broken_connections()
             idle_before = self._idle()
             try:
                 next_reclaim = self._reclaim_if_due(next_reclaim)
@@ -354,7 +355,7 @@ class Worker:
     def _record(self, outcomes: list[Outcome]) -> None:
         statuses = ["unrecorded"] * len(outcomes)
         try:
-            close_old_connections()
+            close_broken_connections()
             statuses = write_outcomes(self.using, outcomes)
         except Exception:  # never leave the jobs held: unrecorded, their leases lapse
             logger.exception("Recording outcomes failed count=%s; their leases will lapse", len(outcomes))
@@ -483,7 +484,7 @@ class Worker:
         while not self._stopping.is_set():
             started = time.monotonic()
             try:
-                close_old_connections()
+                close_broken_connections()
                 enqueued = scheduler.enqueue_due_schedules(using=self.using)
             except Exception:
                 self._log_failure("Evaluating the schedules failed; trying again after the interval")

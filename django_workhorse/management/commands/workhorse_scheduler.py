@@ -8,7 +8,7 @@ import threading
 from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
-from django.db import DatabaseError, close_old_connections, connections
+from django.db import DatabaseError, connections
 
 from django_workhorse.conf import app_settings
 from django_workhorse.exceptions import DatabaseUnavailableError
@@ -19,6 +19,7 @@ from django_workhorse.schedules.evaluation import enqueue_due_schedules, report_
 from django_workhorse.types import EnqueueOutcome, EnqueueResult
 from django_workhorse.worker import signal_relay
 from django_workhorse.worker.database_wait import MAX_DB_WAIT, DatabaseWait
+from django_workhorse.worker.own_connections import close_broken_connections
 
 logger = logging.getLogger("django_workhorse.schedules.evaluation")
 
@@ -67,7 +68,7 @@ class Command(EvaluatingCommand):
     def _evaluate(self, database: str, database_wait: DatabaseWait, verbosity: int) -> bool:
         """Evaluate once; return False when the database was down (and is back: evaluate again now)."""
         try:
-            close_old_connections()
+            close_broken_connections()
             self._report(enqueue_due_schedules(using=database), verbosity)
         except Exception as exc:  # the next evaluation covers this one's window
             connections[database].close()
