@@ -22,6 +22,7 @@ from django_workhorse import conf, sql
 from django_workhorse.admission import rate_limits
 from django_workhorse.admission.fair import QUEUE_OPTIONS
 from django_workhorse.conf import app_settings
+from django_workhorse.encryption.validation import setting_problems as encryption_problems
 from django_workhorse.enqueueing.validation import check_queue
 from django_workhorse.exceptions import InvalidArgumentError
 
@@ -84,7 +85,7 @@ def _positive_durations() -> list[CheckMessage]:
 
 @register
 def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[CheckMessage]:
-    """WORKHORSE_* settings must have the right type and stay within bounds (workhorse.E002-E013, E201-E202,
+    """WORKHORSE_* settings must have the right type and stay within bounds (workhorse.E002-E022, E201-E202,
     E209, E301, E401, E402, E410-E411, E501)."""
     errors: list[CheckMessage] = []
     size = _configured("MAX_PAYLOAD_BYTES")
@@ -130,7 +131,13 @@ def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
     errors.extend(_queue_options())
     errors.extend(_rate_limits())
     errors.extend(_workflow_max_steps())
+    errors.extend(_encryption())
     return errors
+
+
+def _encryption() -> list[CheckMessage]:
+    """WORKHORSE_ENCRYPTION (workhorse.E014-E022): well-formed keys, and cryptography importable; never a key shown."""
+    return [Error(p.message, hint=p.hint, id=p.check_id) for p in encryption_problems(_configured("ENCRYPTION"))]
 
 
 def _workflow_max_steps() -> list[CheckMessage]:

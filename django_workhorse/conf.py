@@ -111,6 +111,10 @@ MIN_METRICS_TOKEN_CHARS, MAX_METRICS_TOKEN_CHARS = 16, 512
 # (``secrets.token_urlsafe(32)`` gives 43 characters), not one of a few characters repeated.
 DEPLOY_MIN_METRICS_TOKEN_CHARS = 32
 DEPLOY_MIN_METRICS_TOKEN_DISTINCT_CHARS = 10
+# Payload encryption (decision 0024): AES-256 keys and the fingerprint key are 32 bytes; a key id
+# stands in envelopes and LIKE patterns, so it is 1..64 ASCII letters, digits, '-', '_' or '.'.
+ENCRYPTION_KEY_BYTES = 32
+MAX_ENCRYPTION_KEY_ID_CHARS = 64
 
 
 class Setting(Generic[T]):
@@ -252,6 +256,11 @@ class WorkhorseSettings:
         "Let enqueue_due_schedules() and the schedule actions take a now= further ahead of the database's clock "
         "than FUTURE_NOW_TOLERANCE (for tests that move time forward); off, such a now= is refused.",
         convert=bool,
+    )
+    ENCRYPTION: Setting[dict[str, Any] | None] = Setting(
+        None,
+        'Payload encryption at rest: {"keys": {id: base64 of 32 bytes}, "active": id, "fingerprint_key": base64 of '
+        '32 bytes, "encrypt_all": False, "encrypted_scopes": []}; None: not configured (see docs/settings.md).',
     )
     TASK_MODULES: Setting[tuple[str, ...]] = Setting(
         (),

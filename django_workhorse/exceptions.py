@@ -416,3 +416,44 @@ class RateLimitTimeoutError(WorkhorseError, TimeoutError):
         self.retry_after = retry_after
         where = name if partition is None else f"{name}[{partition!r}]"
         super().__init__(f"rate limit {where}: no start available in time (the next in {retry_after:.3f} s)")
+
+
+class EncryptionNotConfiguredError(InvalidArgumentError):
+    """Encryption was asked for while ``WORKHORSE_ENCRYPTION`` is not set; nothing was written.
+
+    Raised by ``enqueue(..., encrypted=True)`` and ``@task(encrypted=True)`` (``field``
+    ``encrypted``), and by sealing or fingerprinting a value (``field`` ``WORKHORSE_ENCRYPTION``);
+    ``bound`` says what is needed.
+    """
+
+
+class DecryptionError(WorkhorseError):
+    """A stored value could not be decrypted; nothing of it is returned, and no key is named.
+
+    ``what`` names the value (``payload of job 17``), ``key_id`` the key id its envelope names (None
+    when it is not an envelope), and ``reason`` is one of ``UNKNOWN_KEY`` (no configured key has that
+    id), ``WRONG_KEY_OR_TAMPERED`` (the key under that id does not open it: another key, altered
+    bytes, or a value copied from another row or field) and ``UNKNOWN_FORMAT`` (not an envelope of
+    a format this version reads).
+    """
+
+    UNKNOWN_KEY = "unknown key id"
+    WRONG_KEY_OR_TAMPERED = "wrong key or tampered"
+    UNKNOWN_FORMAT = "not an envelope of a known format"
+
+    def __init__(self, *, what: str, reason: str, key_id: str | None = None) -> None:
+        self.what = what
+        self.reason = reason
+        self.key_id = key_id
+        super().__init__(self._message())
+
+    def _message(self) -> str:
+        if self.reason == self.UNKNOWN_KEY:
+            return f'cannot decrypt {self.what}: key id {self.key_id!r} is not among WORKHORSE_ENCRYPTION["keys"]'
+        if self.reason == self.WRONG_KEY_OR_TAMPERED:
+            return (
+                f"cannot decrypt {self.what}: it does not decrypt under key {self.key_id!r} (a different key under "
+                "that id, or the value was altered or copied from another row or field)"
+            )
+        under = "" if self.key_id is None else f" (key {self.key_id!r})"
+        return f"cannot decrypt {self.what}{under}: {self.reason} (wh1:<key id>:<data>)"

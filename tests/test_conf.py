@@ -42,6 +42,7 @@ DEFAULTS = {
     "TASK_MODULES": (),
     "ALLOW_FUTURE_NOW": False,
     "RESULT_LISTEN_DATABASE": None,
+    "ENCRYPTION": None,
 }
 OVERRIDES = {
     "MAX_PAYLOAD_BYTES": 2048,
@@ -70,6 +71,7 @@ OVERRIDES = {
     "TASK_MODULES": ("myproject.tasks",),
     "ALLOW_FUTURE_NOW": True,
     "RESULT_LISTEN_DATABASE": "other",
+    "ENCRYPTION": {"keys": {"2026-12": "A" * 43 + "="}, "active": "2026-12", "fingerprint_key": "B" * 43 + "="},
 }
 
 

@@ -1,0 +1,28 @@
+"""Payload encryption at rest (decision 0024): the keys of ``WORKHORSE_ENCRYPTION`` and the envelopes.
+
+``cryptography`` is imported only once a configured ``WORKHORSE_ENCRYPTION`` is first used.
+"""
+
+from __future__ import annotations
+
+from django_workhorse.encryption.envelope import describe, envelope_key_id, is_envelope, seal, unseal
+from django_workhorse.encryption.keys import (
+    active_key_id,
+    encrypted_scopes,
+    encrypts_all,
+    fingerprint_hmac,
+    is_configured,
+)
+
+__all__ = [
+    "active_key_id",
+    "describe",
+    "encrypted_scopes",
+    "encrypts_all",
+    "envelope_key_id",
+    "fingerprint_hmac",
+    "is_configured",
+    "is_envelope",
+    "seal",
+    "unseal",
+]

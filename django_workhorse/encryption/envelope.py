@@ -1,0 +1,117 @@
+"""Seal values into text envelopes and open them (decision 0024).
+
+An envelope is ``wh1:<key id>:<data>``: ``wh1`` names the format and the algorithm (AES-256-GCM),
+the key id stands in clear at a fixed place (so ``LIKE 'wh1:K:%'`` finds the values under key K),
+and ``<data>`` is base64url without padding of the 12-byte random nonce, the ciphertext and the
+16-byte tag. The caller's associated data binds the value to its row and field; the envelope's
+header (``wh1:<key id>:``) is authenticated with it, so neither can be swapped.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import os
+import re
+
+from django_workhorse.encryption.keys import configured_keyring, keyring
+from django_workhorse.encryption.validation import is_key_id
+from django_workhorse.exceptions import DecryptionError
+
+FORMAT = "wh1"
+NONCE_BYTES = 12
+TAG_BYTES = 16
+_BASE64URL = re.compile(r"[A-Za-z0-9_-]*")
+
+
+def seal(plaintext: bytes | str, *, associated_data: bytes) -> str:
+    """Encrypt ``plaintext`` (text as UTF-8) under the active key, bound to ``associated_data``.
+
+    Return the envelope; each call draws a fresh nonce, so sealing one value twice gives two
+    envelopes. Raise ``EncryptionNotConfiguredError`` if ``WORKHORSE_ENCRYPTION`` is not set.
+    """
+    key = configured_keyring().active
+    data = plaintext.encode() if isinstance(plaintext, str) else plaintext
+    header = f"{FORMAT}:{key.key_id}:"
+    nonce = os.urandom(NONCE_BYTES)
+    sealed = key.encrypt(nonce, data, header.encode("ascii") + associated_data)
+    return header + base64.urlsafe_b64encode(nonce + sealed).rstrip(b"=").decode("ascii")
+
+
+def unseal(envelope: str, *, associated_data: bytes, what: str) -> bytes:
+    """Decrypt ``envelope`` with the configured key it names, checking ``associated_data``.
+
+    ``what`` names the value in the error (``payload of job 17``). Raise ``DecryptionError`` if it is
+    not an envelope, names a key id that is not configured, or does not decrypt under that key.
+    """
+    key_id, data = _parse(envelope, what=what)
+    parsed = keyring()
+    key = None if parsed is None else parsed.keys.get(key_id)
+    if key is None:
+        raise DecryptionError(what=what, reason=DecryptionError.UNKNOWN_KEY, key_id=key_id)
+    header = f"{FORMAT}:{key_id}:".encode("ascii")
+    plaintext = key.decrypt(data[:NONCE_BYTES], data[NONCE_BYTES:], header + associated_data)
+    if plaintext is None:
+        raise DecryptionError(what=what, reason=DecryptionError.WRONG_KEY_OR_TAMPERED, key_id=key_id)
+    return plaintext
+
+
+def is_envelope(value: object) -> bool:
+    """Whether ``value`` is an envelope of a format this version reads (checked without decrypting)."""
+    return _split(value) is not None
+
+
+def envelope_key_id(envelope: str, *, what: str = "the value") -> str:
+    """Return the id of the key ``envelope`` was sealed under, without decrypting it.
+
+    Raise ``DecryptionError`` if it is not an envelope.
+    """
+    return _parse(envelope, what=what)[0]
+
+
+def describe(envelope: str, *, what: str = "the value") -> str:
+    """Describe ``envelope`` for display: ``encrypted (N bytes, key K)``, N the plaintext's size.
+
+    AES-GCM does not hide the size, so this shows nothing the stored value does not. Raise
+    ``DecryptionError`` if it is not an envelope.
+    """
+    key_id, data = _parse(envelope, what=what)
+    return f"encrypted ({len(data) - NONCE_BYTES - TAG_BYTES} bytes, key {key_id})"
+
+
+def _parse(envelope: object, *, what: str) -> tuple[str, bytes]:
+    parts = _split(envelope)
+    if parts is None:
+        raise DecryptionError(what=what, reason=DecryptionError.UNKNOWN_FORMAT, key_id=_readable_key_id(envelope))
+    return parts
+
+
+def _split(value: object) -> tuple[str, bytes] | None:
+    """The key id and the decoded nonce, ciphertext and tag of an envelope; None if it is not one."""
+    if not isinstance(value, str):
+        return None
+    version, _, rest = value.partition(":")
+    key_id, colon, text = rest.partition(":")
+    if version != FORMAT or not colon or not is_key_id(key_id):
+        return None
+    data = _decode(text)
+    return None if data is None or len(data) < NONCE_BYTES + TAG_BYTES else (key_id, data)
+
+
+def _decode(text: str) -> bytes | None:
+    """Decode base64url without padding, spelled one way only (every changed character changes the bytes)."""
+    if _BASE64URL.fullmatch(text) is None or len(text) % 4 == 1:
+        return None
+    try:
+        data = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    except binascii.Error:
+        return None
+    return data if base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii") == text else None
+
+
+def _readable_key_id(value: object) -> str | None:
+    """The key id a malformed ``wh1`` envelope names, when it names a valid one: for the error."""
+    if not isinstance(value, str) or not value.startswith(f"{FORMAT}:"):
+        return None
+    key_id = value.split(":", 2)[1]
+    return key_id if is_key_id(key_id) else None
