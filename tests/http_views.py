@@ -188,6 +188,46 @@ class OrderViewSet(viewsets.ViewSet):
         return Response({**placed, "user": request.user.get_username()}, status=201)
 
 
+# -- sealed responses (tests/test_encrypted_http.py) ---------------------------------------------------------
+
+SEALED = "tests.sealed-orders"
+
+
+def _sealed_reply(request: HttpRequest) -> HttpResponse:
+    """An order whose response repeats the request's ``note`` in its body and in a replayed header."""
+    data = json.loads(request.body or b"{}")
+    placed = _place(request, data)
+    if data.get("size"):
+        return HttpResponse(b"x" * int(data["size"]), content_type="application/octet-stream")
+    response = JsonResponse({**placed, "note": data.get("note")}, status=201)
+    response["Location"] = f"/orders/{placed['order']}/"
+    response["Link"] = f'</notes/{data.get("note")}>; rel="note"'
+    response["Set-Cookie"] = "never-replayed=1"
+    return response
+
+
+@idempotent(SEALED, anonymous=True)
+def sealed_by_setting(request: HttpRequest) -> HttpResponse:
+    """Sealed when the setting lists its scope (or encrypts all)."""
+    return _sealed_reply(request)
+
+
+@functools.cache
+def _sealed_by_argument() -> Any:
+    # Decorated at the first request: encrypted=True needs WORKHORSE_ENCRYPTION when decorating,
+    # and tests/settings.py leaves it unset.
+    return idempotent(SEALED, anonymous=True, encrypted=True)(_sealed_reply)
+
+
+def sealed_by_argument(request: HttpRequest) -> HttpResponse:
+    return _sealed_by_argument()(request)  # type: ignore[no-any-return]
+
+
+@idempotent(SEALED, anonymous=True, encrypted=False)
+def never_sealed(request: HttpRequest) -> HttpResponse:
+    return _sealed_reply(request)
+
+
 # -- placements (tests/test_http_placement.py): BasicAuthentication + IsAuthenticated everywhere ------------
 
 PLACEMENT = "tests.placement"

@@ -8,6 +8,8 @@ and then runs the effect itself. Keys are stored hashed, as for enqueue (``finge
 and an entry is kept for its retention window, after which a repeat runs the effect again.
 
 Only effects written through the same database alias as the ledger are covered; see docs/effects.md.
+A result can be stored sealed (decision 0024): ``{"workhorse:sealed": "<envelope>"}`` in place of
+the result, bound to its row by the scope and the key hash.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from django.db import router, transaction
 
 from django_workhorse import conf, sql
 from django_workhorse.conf import app_settings
+from django_workhorse.encryption import keys as encryption_keys
+from django_workhorse.encryption import sealed_json
 from django_workhorse.enqueueing.fingerprints import key_digest, key_hash, key_preview
 from django_workhorse.enqueueing.storable import check_json
 from django_workhorse.enqueueing.validation import check_duration, check_key_text
@@ -30,6 +34,7 @@ from django_workhorse.exceptions import (
     EffectAlreadyDoneError,
     EffectInFlightError,
     EffectValidationError,
+    EncryptionNotConfiguredError,
     KeyNotSettledError,
 )
 from django_workhorse.models import EffectRecord
@@ -53,16 +58,29 @@ class Operation:
 
     ``done`` is True when the effect already ran (committed by an earlier or a concurrent
     attempt): ``result`` is then its stored result, and the block must not run the effect again.
-    Otherwise this transaction holds the operation: run the effect and set ``result``.
+    Otherwise this transaction holds the operation: run the effect and set ``result``. ``result``
+    is in clear; ``encrypted`` says whether the result this operation stores is sealed.
     """
 
-    def __init__(self, *, scope: str, hashed: bytes, preview: str, done: bool, result_json: str | None) -> None:
+    def __init__(
+        self,
+        *,
+        scope: str,
+        hashed: bytes,
+        preview: str,
+        done: bool,
+        result_json: str | None,
+        encrypted: bool = False,
+    ) -> None:
         self.scope = scope
         self.key_preview = preview
         self.key_digest = key_digest(hashed)
         self.done = done
+        self.encrypted = encrypted
+        self._associated_data = result_associated_data(scope, hashed)
         self._result_json = "null" if result_json is None else result_json
         self._result: Any = json.loads(self._result_json)
+        self._stored_json = self._stored_form(self._result_json)
 
     @property
     def result(self) -> Any:
@@ -76,13 +94,36 @@ class Operation:
                 f"operation {self.key_preview} [{self.key_digest}] in scope {self.scope!r} is already done; "
                 "check op.done and skip the effect"
             )
-        self._result_json = _result_json(value)
-        self._result = json.loads(self._result_json)
+        result_json = _result_json(value)
+        result = json.loads(result_json)
+        if sealed_json.holds_reserved_field(result):
+            raise EffectValidationError(
+                field="result",
+                bound=f'not an object with the field "{sealed_json.SEALED_FIELD}" (reserved for encrypted results)',
+            )
+        self._stored_json = self._stored_form(result_json)
+        self._result_json, self._result = result_json, result
 
     @property
     def result_json(self) -> str:
-        """The result as the canonical JSON text that is stored."""
+        """The result as canonical JSON text (in clear, also when it is stored sealed)."""
         return self._result_json
+
+    @property
+    def stored_json(self) -> str:
+        """The JSON text that is stored: ``result_json``, or its sealed form when ``encrypted``."""
+        return self._stored_json
+
+    def _stored_form(self, result_json: str) -> str:
+        if not self.encrypted or self.done:
+            return result_json
+        stored = sealed_json.seal_json(result_json, associated_data=self._associated_data)
+        size, bound = len(stored), app_settings.MAX_RESULT_BYTES  # the stored form is ASCII
+        if size > bound:
+            raise EffectValidationError(
+                field="result", bound=f"at most {bound} bytes stored (sealed)", value=f"{size} bytes"
+            )
+        return stored
 
     def __repr__(self) -> str:  # never show the raw key
         state = "done" if self.done else "claimed"
@@ -96,6 +137,7 @@ def once(
     scope: str = DEFAULT_SCOPE,
     retention: timedelta = DEFAULT_EFFECT_RETENTION,
     using: str | None = None,
+    encrypted: bool | None = None,
 ) -> Any:
     """Run ``fn`` unless operation ``key`` (in ``scope``) is already done; return the stored result.
 
@@ -107,12 +149,20 @@ def once(
 
     ``fn``'s writes must go through ``using`` (default: the router's choice for the ledger), the
     ledger's alias; anything else it does (an HTTP call, an email) is not undone by a rollback.
+
+    The result is stored sealed (``WORKHORSE_ENCRYPTION``) when ``encrypted`` is True, or when it
+    is None and ``scope`` is among ``encrypted_scopes`` or ``encrypt_all`` is on; a stored result is
+    read, sealed or clear, whatever ``encrypted`` says.
+
     Raise ``EffectValidationError`` for a key (1..512 UTF-8 bytes), scope (1..256) or retention
-    (1 ms..365 days) out of bounds, or a result that cannot be stored as JSON.
+    (1 ms..365 days) out of bounds, or a result that cannot be stored as JSON (or is an object with
+    the field ``"workhorse:sealed"``); ``EncryptionNotConfiguredError`` for ``encrypted=True``
+    without ``WORKHORSE_ENCRYPTION``; ``DecryptionError`` (naming the scope and the key id) for a
+    sealed result that does not open.
     """
     if not callable(fn):
         raise EffectValidationError(field="fn", bound="a callable taking no arguments", value=type(fn).__name__)
-    with once_block(key, scope=scope, retention=retention, using=using) as op:
+    with once_block(key, scope=scope, retention=retention, using=using, encrypted=encrypted) as op:
         if not op.done:
             op.result = fn()
         return op.result
@@ -125,6 +175,7 @@ def once_block(
     scope: str = DEFAULT_SCOPE,
     retention: timedelta = DEFAULT_EFFECT_RETENTION,
     using: str | None = None,
+    encrypted: bool | None = None,
 ) -> Iterator[Operation]:
     """The block form of :func:`once`, for an effect that is more than a function call::
 
@@ -138,20 +189,59 @@ def once_block(
     ``op.done`` is False, this transaction holds the operation: the result set on ``op`` (or
     ``None``) is stored when the block ends. When ``op.done`` is True the block must skip the
     effect; setting ``op.result`` then raises ``EffectAlreadyDoneError``. An exception leaving the
-    block rolls back the claim and the block's writes, and propagates.
+    block rolls back the claim and the block's writes, and propagates. ``encrypted`` is as for
+    :func:`once`; ``op.result`` is always the result in clear.
     """
     _check(key, scope, retention)
+    sealed = _encrypts(scope, encrypted)
     alias = using or router.db_for_write(EffectRecord)
     hashed, preview = key_hash(scope, key), key_preview(key)
     with transaction.atomic(using=alias):
         entry = _claim(alias, scope, hashed, preview, retention)
+        result_json = entry.result_json
+        if result_json is not None:
+            result_json = _opened(result_json, scope, hashed, preview)
         op = Operation(
-            scope=scope, hashed=hashed, preview=preview, done=not entry.claimed, result_json=entry.result_json
+            scope=scope,
+            hashed=hashed,
+            preview=preview,
+            done=not entry.claimed,
+            result_json=result_json,
+            encrypted=sealed,
         )
         logger.debug("Effect %s scope=%s key=%s", "claimed" if entry.claimed else "done", scope, op.key_digest)
         yield op
         if entry.claimed:
-            sql.effects.store_effect(alias, entry_id=entry.id, result_json=op.result_json, retention=retention)
+            sql.effects.store_effect(alias, entry_id=entry.id, result_json=op.stored_json, retention=retention)
+
+
+def result_associated_data(scope: str, hashed: bytes) -> bytes:
+    """The associated data of a sealed ``once()`` result: the ledger row's scope and key hash."""
+    return b"workhorse.effect\x1fresult\x1f" + scope.encode() + b"\x1f" + hashed
+
+
+def _encrypts(scope: str, encrypted: Any) -> bool:
+    """Whether a result stored now is sealed; refuse ``encrypted`` that is not a bool or None."""
+    if encrypted is not None and not isinstance(encrypted, bool):
+        raise EffectValidationError(field="encrypted", bound="True, False or None", value=encrypted)
+    if encrypted is None:
+        return encryption_keys.encrypts_all() or scope in encryption_keys.encrypted_scopes()
+    if encrypted and not encryption_keys.is_configured():
+        raise EncryptionNotConfiguredError(
+            field="encrypted", bound="False or None while WORKHORSE_ENCRYPTION is not set", value=True
+        )
+    return encrypted
+
+
+def _opened(stored_json: str, scope: str, hashed: bytes, preview: str) -> str:
+    """The result's JSON text: a clear one as stored, a sealed one opened (``DecryptionError`` if it does not)."""
+    if sealed_json.SEALED_FIELD not in stored_json:  # no need to parse a clear result twice
+        return stored_json
+    stored = json.loads(stored_json)
+    if not sealed_json.is_sealed(stored):
+        return stored_json
+    what = f"the once() result {preview} [{key_digest(hashed)}] in scope {scope!r}"
+    return sealed_json.open_json(stored, associated_data=result_associated_data(scope, hashed), what=what)
 
 
 def _claim(alias: str, scope: str, hashed: bytes, preview: str, retention: timedelta) -> sql.effects.EffectEntry:

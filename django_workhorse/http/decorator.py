@@ -25,8 +25,8 @@ from django_workhorse import conf, sql
 from django_workhorse.conf import app_settings
 from django_workhorse.enqueueing.fingerprints import canonical_json
 from django_workhorse.enqueueing.validation import check_duration, check_key_text
-from django_workhorse.exceptions import IdempotencyKeyError, IdempotentViewError, KeyNotSettledError
-from django_workhorse.http import fingerprints, placement, responses
+from django_workhorse.exceptions import DecryptionError, IdempotencyKeyError, IdempotentViewError, KeyNotSettledError
+from django_workhorse.http import fingerprints, placement, responses, sealing
 from django_workhorse.http.keys import (
     ANONYMOUS_OWNER,
     CREDENTIALS_HEADER,
@@ -59,6 +59,7 @@ def idempotent(
     methods: Iterable[str] = DEFAULT_METHODS,
     using: str | None = None,
     anonymous: bool = False,
+    encrypted: bool | None = None,
 ) -> Callable[[View], View]:
     """Make a view answer each ``Idempotency-Key`` (per ``scope`` and owner) once, for ``ttl``.
 
@@ -70,8 +71,12 @@ def idempotent(
     user is refused (403), unless ``anonymous=True``: then such requests share one owner, so any
     client that sends the key gets its response. A request with the
     key of a request still running waits up to ``wait`` (a ``timedelta`` or seconds, at most 60 s)
-    for it, then gets its response, or a 409. Raise ``IdempotentViewError`` for an argument out of
-    its bounds; see docs/http-idempotency.md for every response.
+    for it, then gets its response, or a 409. The stored body and headers are sealed
+    (``WORKHORSE_ENCRYPTION``) when ``encrypted`` is True, or when it is None and ``scope`` is among
+    ``encrypted_scopes`` or ``encrypt_all`` is on; a replay opens them, and answers a 500 (logged)
+    if they do not open. Raise ``IdempotentViewError`` for an argument out of its bounds, and
+    ``EncryptionNotConfiguredError`` for ``encrypted=True`` while ``WORKHORSE_ENCRYPTION`` is not
+    set; see docs/http-idempotency.md for every response.
     """
     check_key_text(scope, "scope", conf.MAX_SCOPE_BYTES, error=IdempotentViewError)
     check_duration(ttl, "ttl", conf.MIN_KEY_TTL, conf.MAX_KEY_TTL, error=IdempotentViewError)
@@ -83,6 +88,7 @@ def idempotent(
         raise IdempotentViewError(field="anonymous", bound="True or False", value=anonymous)
     if anonymous and owner is not None:
         raise IdempotentViewError(field="anonymous", bound="False when owner is given (owner says whose record it is)")
+    sealing.check_argument(encrypted)
     waited = _wait(wait)
     keyed = _methods(methods)
     if using is not None and using not in list(connections):
@@ -95,7 +101,14 @@ def idempotent(
             raise IdempotentViewError(field="view", bound="a synchronous view (async views are not supported)")
         placement.check_view(view)
         guard = _Guard(
-            scope=scope, ttl=ttl, required=required, owner=owner, wait=waited, using=using, anonymous=anonymous
+            scope=scope,
+            ttl=ttl,
+            required=required,
+            owner=owner,
+            wait=waited,
+            using=using,
+            anonymous=anonymous,
+            encrypted=encrypted,
         )
 
         @functools.wraps(view)
@@ -124,6 +137,7 @@ class _Guard:
     wait: float
     using: str | None
     anonymous: bool
+    encrypted: bool | None
 
     def answer(self, request: Any, run_view: Callable[[], Any]) -> Any:
         header = request.META.get(META_HEADER)
@@ -214,9 +228,10 @@ class _Guard:
             transaction.set_rollback(True, using=alias)
             logger.info("Idempotent view answered %s: not stored, its writes rolled back", response.status_code)
             return response
-        status, headers_json, body = responses.stored_form(
-            request, response, app_settings.IDEMPOTENT_RESPONSE_MAX_BYTES
-        )
+        max_bytes = app_settings.IDEMPOTENT_RESPONSE_MAX_BYTES
+        status, headers_json, body = responses.stored_form(request, response, max_bytes)
+        if sealing.seals(self.scope, self.encrypted):
+            headers_json, body = sealing.seal_response(key, headers_json, body, max_bytes=max_bytes)
         stored = sql.http_records.store_http_record(
             alias,
             key,
@@ -255,8 +270,20 @@ class _Guard:
                 "send a new key for a new request.",
                 differing=parts,
             )
+        try:
+            headers, body = sealing.open_response(idempotency.record_key, record.headers or [], record.body)
+        except DecryptionError as exc:
+            # Fail closed: neither the stored bytes nor a fresh run of the view (its writes are done).
+            logger.error(
+                "Idempotent replay refused: its stored response does not decrypt scope=%s key=%s key_id=%s reason=%s",
+                idempotency.scope,
+                idempotency.key_digest,
+                exc.key_id,
+                exc.reason,
+            )
+            return responses.unreadable()
         logger.debug("Idempotent replay %s:%s", idempotency.scope, idempotency.key_digest)
-        return responses.replay(record.status_code, record.headers or [], record.body)
+        return responses.replay(record.status_code, headers, body)
 
 
 def _in_flight() -> Any:

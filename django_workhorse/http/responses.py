@@ -72,6 +72,12 @@ def replay(status: int, headers: list[list[str]], body: bytes) -> HttpResponse:
     return response
 
 
+def unreadable() -> HttpResponse:
+    """The 500 of a stored response that does not decrypt: a problem document with no detail."""
+    document = {"type": "about:blank", "title": HTTPStatus(500).phrase, "status": 500}
+    return HttpResponse(json.dumps(document), status=500, content_type=PROBLEM_JSON)
+
+
 def problem(status: int, code: str, detail: str, **extensions: Any) -> HttpResponse:
     """An RFC 9457 problem response (``application/problem+json``, type ``about:blank``, so the title is
     the status phrase); ``code`` tells the problems apart and ``detail`` says what to do."""

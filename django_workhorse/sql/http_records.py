@@ -100,7 +100,7 @@ class HttpRecord:
     request_digest: bytes | None
     field_digests: dict[str, str] | None
     status_code: int | None
-    headers: list[list[str]] | None
+    headers: list[list[str]] | dict[str, str] | None  # a dict: sealed (http.sealing)
     body: bytes | None
     live: bool  # within its retention window
 
