@@ -213,13 +213,41 @@ def test_a_body_and_headers_swapped_within_one_record_fail_closed(client_, keys,
 def test_a_record_under_a_key_id_no_longer_configured_fails_closed(client_, settings, keys, caplog):
     key = new_key()
     client_.send(BY_SETTING, order("gone"), key=key)
-    settings.WORKHORSE_ENCRYPTION = encryption_setting(keys={"2027-06": new_encryption_key()}, active="2027-06")
+    settings.WORKHORSE_ENCRYPTION = {**keys, "keys": {"2027-06": new_encryption_key()}, "active": "2027-06"}
     caplog.set_level(logging.ERROR, logger="django_workhorse.http.decorator")
 
     reply = client_.send(BY_SETTING, order("gone"), key=key)
 
     assert_fails_closed(reply, caplog, key_id=ACTIVE, reason="unknown key id", keys=keys)
     assert CONTROL.runs == 1
+
+
+def test_a_sealed_record_fails_closed_once_the_setting_is_removed(client_, settings, keys, caplog):
+    key = new_key()
+    client_.send(BY_SETTING, order("gone"), key=key)
+    settings.WORKHORSE_ENCRYPTION = None
+    caplog.set_level(logging.ERROR, logger="django_workhorse.http.decorator")
+
+    reply = client_.send(BY_SETTING, order("gone"), key=key)
+
+    assert_fails_closed(reply, caplog, key_id="None", reason="WORKHORSE_ENCRYPTION is not set", keys=keys)
+    assert CONTROL.runs == 1
+
+
+def test_a_sealed_records_request_digests_are_keyed(client_, settings, keys):
+    settings.WORKHORSE_ENCRYPTION = {**keys, "encrypted_scopes": []}
+    client_.send(BY_SETTING, order("same"), key=new_key())
+    settings.WORKHORSE_ENCRYPTION = keys
+    sealed_key = new_key()
+    client_.send(BY_SETTING, order("same"), key=sealed_key)
+
+    clear, sealed = records()
+    assert set(clear.field_digests) == set(sealed.field_digests)
+    assert all(clear.field_digests[part] != sealed.field_digests[part] for part in clear.field_digests)
+    assert bytes(clear.request_digest) != bytes(sealed.request_digest)
+    assert client_.send(BY_SETTING, order("same"), key=sealed_key).replayed
+    changed = client_.send(BY_SETTING, order("other"), key=sealed_key)
+    assert (changed.status, changed.json["differing"]) == (422, ["body"])
 
 
 def test_a_different_request_with_the_key_of_a_sealed_record_is_still_a_422(client_, keys):

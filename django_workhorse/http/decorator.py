@@ -25,7 +25,13 @@ from django_workhorse import conf, sql
 from django_workhorse.conf import app_settings
 from django_workhorse.enqueueing.fingerprints import canonical_json
 from django_workhorse.enqueueing.validation import check_duration, check_key_text
-from django_workhorse.exceptions import DecryptionError, IdempotencyKeyError, IdempotentViewError, KeyNotSettledError
+from django_workhorse.exceptions import (
+    DecryptionError,
+    EncryptionNotConfiguredError,
+    IdempotencyKeyError,
+    IdempotentViewError,
+    KeyNotSettledError,
+)
 from django_workhorse.http import fingerprints, placement, responses, sealing
 from django_workhorse.http.keys import (
     ANONYMOUS_OWNER,
@@ -232,6 +238,7 @@ class _Guard:
         status, headers_json, body = responses.stored_form(request, response, max_bytes)
         if sealing.seals(self.scope, self.encrypted):
             headers_json, body = sealing.seal_response(key, headers_json, body, max_bytes=max_bytes)
+            digest, digests = sealing.keyed_fingerprint(digests)
         stored = sql.http_records.store_http_record(
             alias,
             key,
@@ -261,6 +268,11 @@ class _Guard:
             # An effect of once() whose key hash is this one: it has no response to give.
             return _in_flight()
         assert record.status_code is not None and record.body is not None
+        if sealing.is_sealed_record(record.headers):
+            try:
+                digest, digests = sealing.keyed_fingerprint(digests)
+            except EncryptionNotConfiguredError:
+                return _unreadable(idempotency, key_id=None, reason="WORKHORSE_ENCRYPTION is not set")
         if record.request_digest != digest:
             parts = fingerprints.differing_parts(record.field_digests or {}, digests)
             return responses.problem(
@@ -273,17 +285,22 @@ class _Guard:
         try:
             headers, body = sealing.open_response(idempotency.record_key, record.headers or [], record.body)
         except DecryptionError as exc:
-            # Fail closed: neither the stored bytes nor a fresh run of the view (its writes are done).
-            logger.error(
-                "Idempotent replay refused: its stored response does not decrypt scope=%s key=%s key_id=%s reason=%s",
-                idempotency.scope,
-                idempotency.key_digest,
-                exc.key_id,
-                exc.reason,
-            )
-            return responses.unreadable()
+            return _unreadable(idempotency, key_id=exc.key_id, reason=exc.reason)
         logger.debug("Idempotent replay %s:%s", idempotency.scope, idempotency.key_digest)
         return responses.replay(record.status_code, headers, body)
+
+
+def _unreadable(idempotency: RequestIdempotency, *, key_id: str | None, reason: str) -> Any:
+    """Fail closed on a sealed record that cannot be read: a 500, never the stored bytes nor a fresh
+    run of the view (its writes were committed with the record)."""
+    logger.error(
+        "Idempotent replay refused: its stored response does not decrypt scope=%s key=%s key_id=%s reason=%s",
+        idempotency.scope,
+        idempotency.key_digest,
+        key_id,
+        reason,
+    )
+    return responses.unreadable()
 
 
 def _in_flight() -> Any:

@@ -3,7 +3,8 @@
 The body's envelope is stored as its UTF-8 bytes in ``response_body``, the headers' as
 ``{"workhorse:sealed": "<envelope>"}`` in ``response_headers``. Headers in clear are a JSON list,
 so that object is what says a record is sealed; its body is then an envelope too. Each is bound to
-its record (scope, owner, key hash) and its column, so neither opens anywhere else.
+its record (scope, owner, key hash) and its column, so neither opens anywhere else. A sealed
+record's request digests are keyed by the fingerprint key.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 from django_workhorse.encryption import keys as encryption_keys
 from django_workhorse.encryption import sealed_json
 from django_workhorse.encryption.envelope import seal, unseal
-from django_workhorse.enqueueing.fingerprints import key_digest
+from django_workhorse.enqueueing.fingerprints import FIELD_DIGEST_HEX_CHARS, key_digest, request_digest
 from django_workhorse.exceptions import EncryptionNotConfiguredError, IdempotentViewError
 from django_workhorse.sql.http_records import RecordKey
 
@@ -63,6 +64,27 @@ def seal_response(key: RecordKey, headers_json: str, body: bytes, *, max_bytes: 
             value=f"{len(envelope)} bytes",
         )
     return sealed_json.seal_json(headers_json, associated_data=associated_data(key, HEADERS)), envelope
+
+
+def is_sealed_record(headers: Any) -> bool:
+    """Whether a record's stored headers (decoded) say that it is sealed."""
+    return sealed_json.is_sealed(headers)
+
+
+def keyed_fingerprint(digests: dict[str, str]) -> tuple[bytes, dict[str, str]]:
+    """Return a request's fingerprint as a sealed record stores it: each part's digest HMAC-SHA256'd
+    under the fingerprint key (truncated as before), and the request's digest over those.
+
+    So a stored digest cannot be checked against guessed requests without the key. Raise
+    ``EncryptionNotConfiguredError`` if ``WORKHORSE_ENCRYPTION`` is not set.
+    """
+    keyed = {
+        name: encryption_keys.fingerprint_hmac(b"workhorse.http\x1f" + name.encode() + b"\x1f" + value.encode()).hex()[
+            :FIELD_DIGEST_HEX_CHARS
+        ]
+        for name, value in digests.items()
+    }
+    return request_digest(keyed), keyed
 
 
 def open_response(key: RecordKey, headers: Any, body: bytes) -> tuple[list[list[str]], bytes]:
