@@ -1,0 +1,59 @@
+"""A job's encrypted values (decision 0024): its salt, and each value sealed to its row and field.
+
+An encrypted job carries ``cipher_salt`` (16 random bytes, NULL for a clear job). The associated
+data of each of its values is ``workhorse.job\\x1f<field>\\x1f<salt>``, so a ciphertext copied to
+another job or another field does not open.
+"""
+
+from __future__ import annotations
+
+import os
+
+from django_workhorse.encryption.envelope import seal, unseal
+from django_workhorse.encryption.keys import encrypts_all, is_configured
+from django_workhorse.exceptions import EncryptionNotConfiguredError
+
+SALT_BYTES = 16
+PAYLOAD = "payload"
+RESULT = "result"
+LAST_ERROR = "last_error"
+EVENT_ERROR = "event.error"
+CHECKPOINT_PREFIX = "checkpoint:"
+_DOMAIN = b"workhorse.job\x1f"
+
+
+def is_encrypted(requested: bool | None) -> bool:
+    """Whether a request is encrypted: ``requested``, or ``encrypt_all`` when it is None.
+
+    Raise ``EncryptionNotConfiguredError`` (field ``encrypted``) if it asks for encryption while
+    ``WORKHORSE_ENCRYPTION`` is not set.
+    """
+    if requested is None:
+        return encrypts_all()
+    if requested is True and not is_configured():
+        raise EncryptionNotConfiguredError(field="encrypted", bound="WORKHORSE_ENCRYPTION configured")
+    return bool(requested)
+
+
+def new_salt() -> bytes:
+    """Return a fresh salt for an encrypted job."""
+    return os.urandom(SALT_BYTES)
+
+
+def associated_data(field: str, salt: bytes) -> bytes:
+    """Return the associated data that binds a job's ``field`` to its salt."""
+    return _DOMAIN + field.encode() + b"\x1f" + salt
+
+
+def seal_value(text: str, *, field: str, salt: bytes) -> str:
+    """Seal one of a job's values (text) for ``field``; return the envelope."""
+    return seal(text, associated_data=associated_data(field, salt))
+
+
+def open_value(envelope: str, *, field: str, salt: bytes, job_id: int | None) -> str:
+    """Open one of a job's values sealed for ``field``; return its text.
+
+    Raise ``DecryptionError`` naming the field, the job and the key id (never a key) if it does not open.
+    """
+    what = f"{field} of job {job_id}" if job_id is not None else field
+    return unseal(envelope, associated_data=associated_data(field, salt), what=what).decode()

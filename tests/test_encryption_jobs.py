@@ -1,0 +1,359 @@
+"""Encrypted jobs (decision 0024, increments 2 and 3): the payload sealed at enqueue, fingerprints and
+derived keys keyed, the worker opening the payload and sealing the result and the error; fail closed."""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.db import connection, transaction
+from django.test import override_settings
+
+from django_workhorse import (
+    Debounce,
+    EnqueueOptions,
+    EnqueueOutcome,
+    EnqueueRequest,
+    Idempotency,
+    Throttle,
+    Unique,
+    enqueue,
+    enqueue_many,
+    enqueue_with_result,
+)
+from django_workhorse.encryption import is_envelope
+from django_workhorse.encryption.jobs import LAST_ERROR, PAYLOAD, RESULT, open_value
+from django_workhorse.enqueueing.fingerprints import canonical_json, field_digest, keyed_field_digest
+from django_workhorse.exceptions import (
+    EncryptionNotConfiguredError,
+    EnqueueIdempotencyConflictError,
+    EnqueueValidationError,
+)
+from django_workhorse.models import IdempotencyBinding, Job, JobStatus
+from django_workhorse.tasks.decorator import task
+from django_workhorse.tasks.registry import register
+from django_workhorse.worker import HandlerContext
+from tests.encryption import ACTIVE, encryption_setting, new_key
+from tests.worker_tasks import CALLS, make_worker, run_worker, running, wait_for
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+SECRET = "tangerine-7f3a-secret"  # the distinctive text no stored row may show
+SETTING = encryption_setting()
+encrypted_settings = override_settings(WORKHORSE_ENCRYPTION=SETTING)
+
+
+@register("tests.encryption.echo")
+def echo(ctx: HandlerContext, payload: Any) -> Any:
+    CALLS.add(payload)
+    return {"echo": payload, "attempt": ctx.attempt}
+
+
+@register("tests.encryption.fail")
+def fail(payload: Any) -> Any:
+    raise ValueError(f"cannot handle {payload['secret']}")
+
+
+@register("tests.encryption.sized")
+def sized(payload: dict[str, int]) -> str:
+    return "x" * payload["chars"]
+
+
+@task(name="tests.encryption.auto", idempotent=True, encrypted=True)
+def auto(order: str) -> str:
+    return order
+
+
+def _job(job_id: int) -> Job:
+    return Job.objects.get(pk=job_id)
+
+
+def _opened(job: Job, field: str, value: Any) -> Any:
+    return json.loads(open_value(value, field=field, salt=bytes(job.cipher_salt), job_id=job.pk))
+
+
+def _dump(table: str) -> str:
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT coalesce(string_agg(row_to_json(t)::text, ''), '') FROM {table} t")  # noqa: S608
+        return cursor.fetchone()[0]
+
+
+# -- enqueue -------------------------------------------------------------------------------------
+
+
+@encrypted_settings
+def test_an_encrypted_job_round_trips_payload_to_handler_to_result():
+    CALLS.clear()
+    job_id = enqueue("tests.encryption.echo", {"secret": SECRET}, encrypted=True)
+    job = _job(job_id)
+    assert isinstance(job.payload, str) and job.payload.startswith(f"wh1:{ACTIVE}:")
+    assert len(bytes(job.cipher_salt)) == 16
+    assert _opened(job, PAYLOAD, job.payload) == {"secret": SECRET}
+
+    run_worker()
+
+    job = _job(job_id)
+    assert CALLS.items() == [{"secret": SECRET}]
+    assert job.status == JobStatus.SUCCEEDED
+    assert is_envelope(job.result)
+    assert _opened(job, RESULT, job.result) == {"echo": {"secret": SECRET}, "attempt": 1}
+
+
+def test_encrypt_all_encrypts_jobs_that_do_not_say_and_false_keeps_one_clear():
+    with override_settings(WORKHORSE_ENCRYPTION={**SETTING, "encrypt_all": True}):
+        sealed = enqueue("tests.encryption.echo", {"secret": SECRET})
+        clear = enqueue("tests.encryption.echo", {"n": 1}, encrypted=False)
+        run_worker()
+        job = _job(sealed)
+        assert job.cipher_salt is not None and is_envelope(job.payload)
+        assert _opened(job, RESULT, job.result)["echo"] == {"secret": SECRET}
+    assert _job(clear).cipher_salt is None
+    assert _job(clear).payload == {"n": 1}
+    assert _job(clear).result == {"echo": {"n": 1}, "attempt": 1}
+
+
+@encrypted_settings
+def test_a_task_default_encrypts_its_calls_and_a_call_may_say_otherwise():
+    assert _job(auto.enqueue("o-1")).cipher_salt is not None
+    assert _job(auto.apply_async(["o-2"], encrypted=False).job_id).cipher_salt is None
+
+
+def test_encrypted_true_without_configuration_raises_and_writes_nothing():
+    with transaction.atomic():
+        with pytest.raises(EncryptionNotConfiguredError) as caught:
+            enqueue("tests.encryption.echo", {"secret": SECRET}, encrypted=True)
+        assert Job.objects.count() == 0  # the transaction is still usable
+    assert caught.value.field == "encrypted"
+    assert caught.value.bound == "WORKHORSE_ENCRYPTION configured"
+    with pytest.raises(EncryptionNotConfiguredError):
+        enqueue_many([EnqueueRequest("tests.encryption.echo", {}, EnqueueOptions(encrypted=True))])
+    with pytest.raises(EncryptionNotConfiguredError):
+        auto.enqueue("o-1")
+    assert Job.objects.count() == 0
+
+
+@encrypted_settings
+def test_encrypted_must_be_a_bool_or_none():
+    with pytest.raises(EnqueueValidationError, match="encrypted must be True, False or None"):
+        enqueue("tests.encryption.echo", {}, encrypted="yes")
+
+
+def _stored_size(chars: int) -> int:
+    """The stored size of the payload "x" * chars once encrypted: its envelope as a JSON string."""
+    sealed = 12 + (chars + 2) + 16  # nonce, canonical JSON text, tag
+    return 2 + len(f"wh1:{ACTIVE}:") + math.ceil(sealed * 4 / 3)
+
+
+@encrypted_settings
+def test_the_payload_bound_counts_the_envelope_exactly():
+    limit = 300
+    largest = max(chars for chars in range(limit) if _stored_size(chars) <= limit)
+    with override_settings(WORKHORSE_MAX_PAYLOAD_BYTES=limit):
+        job_id = enqueue("tests.encryption.echo", "x" * largest, encrypted=True)
+        assert len(json.dumps(_job(job_id).payload)) == _stored_size(largest)
+        with pytest.raises(EnqueueValidationError) as caught:
+            enqueue("tests.encryption.echo", "x" * (largest + 1), encrypted=True)
+        # the clear payload fits: only its envelope does not
+        enqueue("tests.encryption.echo", "x" * (largest + 1))
+    assert caught.value.field == "payload"
+    assert caught.value.bound == f"at most {limit} bytes serialized"
+    assert caught.value.value == f"{_stored_size(largest + 1)} bytes once encrypted"
+    assert Job.objects.filter(cipher_salt__isnull=False).count() == 1
+
+
+# -- fingerprints --------------------------------------------------------------------------------
+
+
+@encrypted_settings
+def test_an_encrypted_keyed_request_replays_and_its_digests_are_keyed():
+    key = Idempotency("order-1")
+    first = enqueue_with_result("tests.encryption.echo", {"secret": SECRET}, idempotency=key, encrypted=True)
+    again = enqueue_with_result("tests.encryption.echo", {"secret": SECRET}, idempotency=key, encrypted=True)
+    assert (first.outcome, again.outcome) == (EnqueueOutcome.ACCEPTED, EnqueueOutcome.REPLAYED)
+    assert again.job_id == first.job_id and Job.objects.count() == 1
+    digests = IdempotencyBinding.objects.get().field_digests
+    text = canonical_json({"secret": SECRET})
+    assert digests["encrypted"] == "true"
+    assert digests["payload"] == keyed_field_digest(text) != field_digest(text)
+    assert digests["queue"] == keyed_field_digest(canonical_json("default")) != field_digest(canonical_json("default"))
+
+
+@encrypted_settings
+def test_two_unkeyed_enqueues_of_one_payload_store_different_ciphertexts():
+    first = _job(enqueue("tests.encryption.echo", {"secret": SECRET}, encrypted=True))
+    second = _job(enqueue("tests.encryption.echo", {"secret": SECRET}, encrypted=True))
+    assert first.payload != second.payload
+    assert bytes(first.cipher_salt) != bytes(second.cipher_salt)
+
+
+@encrypted_settings
+@pytest.mark.parametrize("first_encrypted", [True, False])
+def test_a_key_sent_encrypted_and_then_in_clear_conflicts_on_encrypted_alone(first_encrypted):
+    key = Idempotency("order-1")
+    job_id = enqueue("tests.encryption.echo", {"n": 1}, idempotency=key, encrypted=first_encrypted)
+    with pytest.raises(EnqueueIdempotencyConflictError) as caught:
+        enqueue("tests.encryption.echo", {"n": 2}, idempotency=key, priority=5, encrypted=not first_encrypted)
+    assert caught.value.conflicting_fields == ("encrypted",)
+    assert caught.value.job_id == job_id
+
+
+@encrypted_settings
+def test_a_derived_key_of_an_encrypted_task_is_keyed():
+    from django_workhorse.enqueueing.fingerprints import derived_key
+
+    clear = derived_key("tests.encryption.auto", {"order": "o-1"})
+    keyed = auto.derived_key("o-1")
+    assert keyed.startswith("auto:") and keyed != clear
+    assert keyed == derived_key("tests.encryption.auto", {"order": "o-1"}, encrypted=True)
+    first, again = auto.enqueue_with_result("o-1"), auto.enqueue_with_result("o-1")
+    assert again.outcome == EnqueueOutcome.COALESCED and again.job_id == first.job_id
+    with override_settings(WORKHORSE_ENCRYPTION=encryption_setting()):  # another fingerprint key
+        assert auto.derived_key("o-1") != keyed
+
+
+# The acceptance rules of keyed modes, encrypted as in clear.
+ENCRYPTIONS = pytest.mark.parametrize("encrypted", [False, True], ids=["clear", "encrypted"])
+
+
+@encrypted_settings
+@ENCRYPTIONS
+def test_replays_and_conflicts_name_the_same_fields_encrypted_or_not(encrypted):
+    key = Idempotency("order-1")
+    first = enqueue_with_result("tests.encryption.echo", {"n": 1}, idempotency=key, encrypted=encrypted)
+    assert enqueue_with_result("tests.encryption.echo", {"n": 1}, idempotency=key, encrypted=encrypted) == (
+        type(first)(first.job_id, EnqueueOutcome.REPLAYED)
+    )
+    with pytest.raises(EnqueueIdempotencyConflictError) as caught:
+        enqueue("tests.encryption.echo", {"n": 2}, idempotency=key, priority=3, encrypted=encrypted)
+    assert caught.value.conflicting_fields == ("payload", "priority")
+    with pytest.raises(EnqueueIdempotencyConflictError) as caught:
+        enqueue("tests.encryption.echo", {"n": 1}, idempotency=key, queue="other", encrypted=encrypted)
+    assert caught.value.conflicting_fields == ("queue",)
+
+
+@encrypted_settings
+@ENCRYPTIONS
+def test_unique_and_throttle_coalesce_the_same_encrypted_or_not(encrypted):
+    unique = [
+        enqueue_with_result("tests.encryption.echo", {"n": n}, unique=Unique("u"), encrypted=encrypted).outcome
+        for n in (1, 1)
+    ]
+    window = timedelta(minutes=5)
+    throttled = [
+        enqueue_with_result("tests.encryption.echo", {"n": 1}, throttle=Throttle("t", window), encrypted=encrypted)
+        for _ in range(2)
+    ]
+    assert unique == [EnqueueOutcome.ACCEPTED, EnqueueOutcome.COALESCED]
+    assert [r.outcome for r in throttled] == [EnqueueOutcome.ACCEPTED, EnqueueOutcome.COALESCED]
+    assert throttled[0].job_id == throttled[1].job_id
+
+
+@encrypted_settings
+@ENCRYPTIONS
+def test_debounce_replaces_the_pending_definition_the_same_encrypted_or_not(encrypted):
+    CALLS.clear()
+    mode = Debounce("d", window=timedelta(seconds=30))
+    first = enqueue_with_result("tests.encryption.echo", {"v": 1}, debounce=mode, encrypted=encrypted)
+    second = enqueue_with_result("tests.encryption.echo", {"v": 2}, debounce=mode, encrypted=encrypted)
+    assert (first.outcome, second.outcome) == (EnqueueOutcome.ACCEPTED, EnqueueOutcome.REPLACED)
+    assert second.job_id == first.job_id
+    Job.objects.filter(pk=first.job_id).update(run_at=Job.objects.get(pk=first.job_id).created_at)
+    run_worker()
+    assert CALLS.items() == [{"v": 2}]  # the replacement's payload opens under the job's (new) salt
+    assert (_job(first.job_id).cipher_salt is not None) is encrypted
+
+
+@encrypted_settings
+def test_a_batch_mixes_encrypted_and_clear_requests_and_replays_within_itself():
+    options = EnqueueOptions(encrypted=True, idempotency=Idempotency("b-1"))
+    results = enqueue_many(
+        [
+            EnqueueRequest("tests.encryption.echo", {"secret": SECRET}, options),
+            EnqueueRequest("tests.encryption.echo", {"n": 2}),
+            EnqueueRequest("tests.encryption.echo", {"secret": SECRET}, options),
+        ]
+    )
+    assert [r.outcome for r in results] == [EnqueueOutcome.ACCEPTED, EnqueueOutcome.ACCEPTED, EnqueueOutcome.REPLAYED]
+    assert _job(results[0].job_id).cipher_salt is not None
+    assert _job(results[1].job_id).cipher_salt is None
+    CALLS.clear()
+    run_worker()
+    assert sorted(map(json.dumps, CALLS.items())) == sorted(map(json.dumps, [{"secret": SECRET}, {"n": 2}]))
+
+
+# -- the worker ----------------------------------------------------------------------------------
+
+
+@encrypted_settings
+def test_the_payload_shows_nowhere_in_the_stored_rows():
+    enqueue("tests.encryption.echo", {"secret": SECRET}, idempotency=Idempotency("k-1"), encrypted=True)
+    failing = enqueue("tests.encryption.fail", {"secret": SECRET}, encrypted=True, max_attempts=1)
+    run_worker()
+    job = _job(failing)
+    assert job.status == JobStatus.DEAD
+    assert is_envelope(job.last_error)
+    assert f"ValueError: cannot handle {SECRET}" in open_value(
+        job.last_error, field=LAST_ERROR, salt=bytes(job.cipher_salt), job_id=job.pk
+    )
+    for table in ("workhorse_job", "workhorse_binding"):
+        assert SECRET not in _dump(table), table
+
+
+@pytest.mark.parametrize("bound", [1024])
+def test_the_result_bound_counts_the_envelope(bound):
+    with override_settings(WORKHORSE_ENCRYPTION=SETTING, WORKHORSE_MAX_RESULT_BYTES=bound):
+        fits = enqueue("tests.encryption.sized", {"chars": bound - 2}, encrypted=True, max_attempts=1)
+        clear = enqueue("tests.encryption.sized", {"chars": bound - 2}, max_attempts=1)
+        run_worker()
+        job = _job(fits)
+        assert job.status == JobStatus.DEAD
+        error = open_value(job.last_error, field=LAST_ERROR, salt=bytes(job.cipher_salt), job_id=job.pk)
+    assert error.startswith(f"ResultNotStorable: result must be at most {bound} bytes serialized")
+    assert "bytes once encrypted" in error
+    assert _job(clear).status == JobStatus.SUCCEEDED
+
+
+def test_a_payload_under_an_unknown_key_fails_its_attempts_and_the_worker_goes_on():
+    with override_settings(WORKHORSE_ENCRYPTION=encryption_setting(keys={"old": new_key()}, active="old")):
+        lost = enqueue("tests.encryption.echo", {"secret": SECRET}, encrypted=True, max_attempts=2)
+    with encrypted_settings:
+        CALLS.clear()
+        clear = enqueue("tests.encryption.echo", {"n": 1})
+        worker = make_worker(concurrency=2)
+        with running(worker) as handle:
+            wait_for(lambda: _job(lost).status == JobStatus.DEAD and _job(clear).status == JobStatus.SUCCEEDED)
+            # the worker is still there: a job enqueued after runs too
+            later = enqueue("tests.encryption.echo", {"n": 2}, encrypted=True)
+            wait_for(lambda: _job(later).status == JobStatus.SUCCEEDED)
+            assert handle.error is None
+        job = _job(lost)
+        error = open_value(job.last_error, field=LAST_ERROR, salt=bytes(job.cipher_salt), job_id=job.pk)
+    assert job.attempt == 2
+    assert error == (
+        f"DecryptionError: cannot decrypt payload of job {lost}: key id 'old' is not among "
+        'WORKHORSE_ENCRYPTION["keys"]'
+    )
+    assert {"secret": SECRET} not in CALLS.items()
+
+
+@encrypted_settings
+def test_ciphertexts_swapped_between_two_jobs_fail_both_cleanly():
+    first = enqueue("tests.encryption.echo", {"secret": SECRET}, encrypted=True, max_attempts=1)
+    second = enqueue("tests.encryption.echo", {"secret": "other"}, encrypted=True, max_attempts=1)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE workhorse_job AS a SET payload = b.payload FROM workhorse_job AS b "
+            "WHERE (a.id, b.id) IN ((%s, %s), (%s, %s))",
+            [first, second, second, first],
+        )
+    CALLS.clear()
+    run_worker()
+    assert CALLS.items() == []
+    for job_id in (first, second):
+        job = _job(job_id)
+        error = open_value(job.last_error, field=LAST_ERROR, salt=bytes(job.cipher_salt), job_id=job.pk)
+        assert job.status == JobStatus.DEAD
+        assert error.startswith(f"DecryptionError: cannot decrypt payload of job {job_id}: it does not decrypt")
