@@ -25,22 +25,24 @@ from django_workhorse import (
     enqueue_with_result,
 )
 from django_workhorse.encryption import is_envelope
-from django_workhorse.encryption.jobs import LAST_ERROR, PAYLOAD, RESULT, open_value
+from django_workhorse.encryption.jobs import CHECKPOINT_PREFIX, LAST_ERROR, PAYLOAD, RESULT, open_value
 from django_workhorse.enqueueing.fingerprints import canonical_json, field_digest, keyed_field_digest
 from django_workhorse.exceptions import (
     EncryptionNotConfiguredError,
     EnqueueIdempotencyConflictError,
     EnqueueValidationError,
 )
-from django_workhorse.models import IdempotencyBinding, Job, JobStatus
+from django_workhorse.models import Checkpoint, IdempotencyBinding, Job, JobStatus
 from django_workhorse.tasks.decorator import task
 from django_workhorse.tasks.registry import register
+from django_workhorse.tasks.retry import RetryPolicy
 from django_workhorse.worker import HandlerContext
 from tests.encryption import ACTIVE, encryption_setting, new_key
 from tests.worker_tasks import CALLS, make_worker, run_worker, running, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
+FAST_RETRY = RetryPolicy.fixed(timedelta(milliseconds=1))
 SECRET = "tangerine-7f3a-secret"  # the distinctive text no stored row may show
 SETTING = encryption_setting()
 encrypted_settings = override_settings(WORKHORSE_ENCRYPTION=SETTING)
@@ -60,6 +62,21 @@ def fail(payload: Any) -> Any:
 @register("tests.encryption.sized")
 def sized(payload: dict[str, int]) -> str:
     return "x" * payload["chars"]
+
+
+@register("tests.encryption.staged")
+def staged(ctx: HandlerContext, payload: dict[str, Any]) -> Any:
+    """Store a stage once; crash after it on attempt 1; return what the stage read back."""
+    value = ctx.checkpoint("charge", lambda: {"charged": payload["secret"], "attempt": ctx.attempt})
+    CALLS.add(value)
+    if ctx.attempt == 1:
+        raise RuntimeError("crashed after the charge")
+    return value
+
+
+@register("tests.encryption.big_checkpoint")
+def big_checkpoint(ctx: HandlerContext, payload: dict[str, int]) -> Any:
+    return ctx.checkpoint("big", lambda: "x" * payload["chars"])
 
 
 @task(name="tests.encryption.auto", idempotent=True, encrypted=True)
@@ -357,3 +374,47 @@ def test_ciphertexts_swapped_between_two_jobs_fail_both_cleanly():
         error = open_value(job.last_error, field=LAST_ERROR, salt=bytes(job.cipher_salt), job_id=job.pk)
         assert job.status == JobStatus.DEAD
         assert error.startswith(f"DecryptionError: cannot decrypt payload of job {job_id}: it does not decrypt")
+
+
+@encrypted_settings
+def test_checkpoints_of_an_encrypted_job_are_sealed_and_read_back_opened():
+    CALLS.clear()
+    job_id = enqueue("tests.encryption.staged", {"secret": SECRET}, encrypted=True, retry_policy=FAST_RETRY)
+    run_worker(max_jobs=2)
+    job = _job(job_id)
+    stored = Checkpoint.objects.get(job_id=job_id, name="charge").value
+    assert is_envelope(stored)
+    assert _opened(job, CHECKPOINT_PREFIX + "charge", stored) == {"charged": SECRET, "attempt": 1}
+    # The second attempt read the first one's value back, opened.
+    assert CALLS.items() == [{"charged": SECRET, "attempt": 1}] * 2
+    assert job.status == JobStatus.SUCCEEDED
+    assert SECRET not in _dump("workhorse_checkpoint")
+
+
+@encrypted_settings
+def test_a_checkpoint_copied_from_another_job_does_not_open():
+    first = enqueue("tests.encryption.staged", {"secret": SECRET}, encrypted=True, max_attempts=1)
+    run_worker()
+    second = enqueue("tests.encryption.staged", {"secret": "other"}, encrypted=True, max_attempts=1)
+    Checkpoint.objects.create(
+        job_id=second, name="charge", attempt=1, value=Checkpoint.objects.get(job_id=first).value,
+        created_at=_job(first).created_at,
+    )  # fmt: skip
+    run_worker()
+    job = _job(second)
+    error = open_value(job.last_error, field=LAST_ERROR, salt=bytes(job.cipher_salt), job_id=job.pk)
+    assert job.status == JobStatus.DEAD
+    assert error.startswith(f"DecryptionError: cannot decrypt checkpoint:charge of job {second}: it does not decrypt")
+
+
+def test_the_checkpoint_bound_counts_the_envelope():
+    with override_settings(WORKHORSE_ENCRYPTION=SETTING, WORKHORSE_MAX_RESULT_BYTES=1024):
+        job_id = enqueue("tests.encryption.big_checkpoint", {"chars": 1000}, encrypted=True, max_attempts=1)
+        clear = enqueue("tests.encryption.big_checkpoint", {"chars": 1000}, max_attempts=1)
+        run_worker()
+        job = _job(job_id)
+        error = open_value(job.last_error, field=LAST_ERROR, salt=bytes(job.cipher_salt), job_id=job.pk)
+    assert job.status == JobStatus.DEAD
+    assert "checkpoint['big'] must be at most 1024 bytes serialized, got '" in error
+    assert "bytes once encrypted" in error
+    assert _job(clear).status == JobStatus.SUCCEEDED
