@@ -25,14 +25,15 @@ from django_workhorse import (
     enqueue_with_result,
 )
 from django_workhorse.encryption import is_envelope
-from django_workhorse.encryption.jobs import CHECKPOINT_PREFIX, LAST_ERROR, PAYLOAD, RESULT, open_value
+from django_workhorse.encryption.jobs import CHECKPOINT_PREFIX, EVENT_ERROR, LAST_ERROR, PAYLOAD, RESULT, open_value
 from django_workhorse.enqueueing.fingerprints import canonical_json, field_digest, keyed_field_digest
 from django_workhorse.exceptions import (
     EncryptionNotConfiguredError,
     EnqueueIdempotencyConflictError,
     EnqueueValidationError,
 )
-from django_workhorse.models import Checkpoint, IdempotencyBinding, Job, JobStatus
+from django_workhorse.models import Checkpoint, IdempotencyBinding, Job, JobEvent, JobStatus
+from django_workhorse.outcomes.values import Cancel, Fail
 from django_workhorse.tasks.decorator import task
 from django_workhorse.tasks.registry import register
 from django_workhorse.tasks.retry import RetryPolicy
@@ -315,7 +316,11 @@ def test_the_payload_shows_nowhere_in_the_stored_rows():
     assert f"ValueError: cannot handle {SECRET}" in open_value(
         job.last_error, field=LAST_ERROR, salt=bytes(job.cipher_salt), job_id=job.pk
     )
-    for table in ("workhorse_job", "workhorse_binding"):
+    details = JobEvent.objects.get(job_id=failing, kind="failed").details
+    assert open_value(details["error"], field=EVENT_ERROR, salt=bytes(job.cipher_salt), job_id=job.pk).startswith(
+        f"ValueError: cannot handle {SECRET}"
+    )
+    for table in ("workhorse_job", "workhorse_binding", "workhorse_job_event"):
         assert SECRET not in _dump(table), table
 
 
@@ -418,3 +423,22 @@ def test_the_checkpoint_bound_counts_the_envelope():
     assert "checkpoint['big'] must be at most 1024 bytes serialized, got '" in error
     assert "bytes once encrypted" in error
     assert _job(clear).status == JobStatus.SUCCEEDED
+
+
+@register("tests.encryption.decide")
+def decide(payload: dict[str, str]) -> Any:
+    raise (Cancel if payload["how"] == "cancel" else Fail)(f"gave up on {payload['secret']}")
+
+
+@encrypted_settings
+@pytest.mark.parametrize("how", ["cancel", "fail"])
+def test_a_handlers_cancel_or_fail_reason_is_sealed_in_its_events(how):
+    job_id = enqueue("tests.encryption.decide", {"how": how, "secret": SECRET}, encrypted=True)
+    run_worker()
+    job = _job(job_id)
+    kind = "cancelled" if how == "cancel" else "failed"
+    reason = JobEvent.objects.get(job_id=job_id, kind=kind).details["reason"]
+    assert open_value(reason, field="event.reason", salt=bytes(job.cipher_salt), job_id=job_id) == (
+        f"gave up on {SECRET}"
+    )
+    assert SECRET not in _dump("workhorse_job_event") + _dump("workhorse_job")

@@ -15,7 +15,7 @@ from django.db import transaction
 
 from django_workhorse import sql
 from django_workhorse.conf import app_settings
-from django_workhorse.encryption.jobs import LAST_ERROR, PAYLOAD, RESULT, open_value, seal_value
+from django_workhorse.encryption.jobs import EVENT_ERROR, LAST_ERROR, PAYLOAD, RESULT, open_value, seal_value
 from django_workhorse.enqueueing.storable import check_json, storable_text
 from django_workhorse.exceptions import (
     AttemptTimeoutError,
@@ -218,9 +218,26 @@ def unwritable(outcome: Outcome, error: BaseException) -> Outcome:
 def storable(outcome: Outcome) -> Outcome:
     """Return ``outcome`` with its error and event details in a form PostgreSQL can store: an
     encrypted job's error sealed (decision 0024), so an error cannot leak the payload it failed on."""
-    events = tuple((storable_text(kind), _storable_details(details)) for kind, details in outcome.events)
-    error = _sealed_text(outcome.job, storable_text(outcome.error, MAX_ERROR_CHARS), LAST_ERROR)
+    job = outcome.job
+    events = tuple(
+        (storable_text(kind), _sealed_details(job, _storable_details(details))) for kind, details in outcome.events
+    )
+    error = _sealed_text(job, storable_text(outcome.error, MAX_ERROR_CHARS), LAST_ERROR)
     return replace(outcome, error=error, events=events)
+
+
+# The event details of an encrypted job that hold the handler's text (an error, a Cancel's or a
+# Fail's reason): sealed for ``event.<name>``, as its last_error is.
+SEALED_DETAILS = frozenset({EVENT_ERROR.removeprefix("event."), "reason"})
+
+
+def _sealed_details(job: sql.claims.ClaimedJob, details: dict[str, Any]) -> dict[str, Any]:
+    if job.cipher_salt is None:
+        return details
+    return {
+        name: _sealed_text(job, value, f"event.{name}") if name in SEALED_DETAILS and isinstance(value, str) else value
+        for name, value in details.items()
+    }
 
 
 def _sealed_text(job: sql.claims.ClaimedJob, text: str, field: str) -> str:
