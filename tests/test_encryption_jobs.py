@@ -31,6 +31,7 @@ from django_workhorse.exceptions import (
     EncryptionNotConfiguredError,
     EnqueueIdempotencyConflictError,
     EnqueueValidationError,
+    WorkflowConflictError,
 )
 from django_workhorse.models import Checkpoint, IdempotencyBinding, Job, JobEvent, JobStatus
 from django_workhorse.outcomes.values import Cancel, Fail
@@ -38,6 +39,7 @@ from django_workhorse.tasks.decorator import task
 from django_workhorse.tasks.registry import register
 from django_workhorse.tasks.retry import RetryPolicy
 from django_workhorse.worker import HandlerContext
+from django_workhorse.workflows import Workflow, WorkflowResult
 from tests.encryption import ACTIVE, encryption_setting, new_key
 from tests.worker_tasks import CALLS, make_worker, run_worker, running, wait_for
 
@@ -442,3 +444,41 @@ def test_a_handlers_cancel_or_fail_reason_is_sealed_in_its_events(how):
         f"gave up on {SECRET}"
     )
     assert SECRET not in _dump("workhorse_job_event") + _dump("workhorse_job")
+
+
+# -- workflows: results read by later steps ------------------------------------------------------
+
+
+def _step(payload: dict[str, Any], *, encrypted: bool) -> EnqueueRequest:
+    return EnqueueRequest("tests.wf.context", payload, EnqueueOptions(encrypted=encrypted, max_attempts=1))
+
+
+def _diamond(*, key: Idempotency | None = None, a_encrypted: bool = True) -> Workflow:
+    wf = Workflow("sealed", idempotency=key)
+    wf.add("a", _step({"result": {"charged": SECRET}}, encrypted=a_encrypted))
+    wf.add("b", _step({"result": ["packed"]}, encrypted=False), after="a")
+    wf.add("c", _step({"result": "mailed"}, encrypted=True), after="a")
+    wf.add("d", _step({"read": ["a", "c"]}, encrypted=True), after=["b", "c"])
+    return wf
+
+
+@encrypted_settings
+def test_steps_read_encrypted_parents_and_steps_opened():
+    CALLS.clear()
+    _diamond().enqueue()
+    run_worker()
+    calls = {call["step"]: call for call in CALLS.items()}
+    assert calls["b"]["parents"] == {"a": {"charged": SECRET}}
+    assert calls["d"]["parents"] == {"b": ["packed"], "c": "mailed"}
+    assert calls["d"]["read"] == {"a": {"result": {"charged": SECRET}}, "c": {"result": "mailed"}}
+    assert SECRET not in _dump("workhorse_job")
+
+
+@encrypted_settings
+def test_a_keyed_workflow_of_encrypted_steps_replays_and_a_clear_step_makes_it_another():
+    key = Idempotency("wf-1", scope="tests.encryption")
+    first = _diamond(key=key).enqueue()
+    assert _diamond(key=key).enqueue() == WorkflowResult(first.workflow_id, EnqueueOutcome.REPLAYED, first.jobs)
+    with pytest.raises(WorkflowConflictError) as caught:
+        _diamond(key=key, a_encrypted=False).enqueue()
+    assert caught.value.steps == ("a",)

@@ -7,7 +7,9 @@ another job or another field does not open.
 
 from __future__ import annotations
 
+import json
 import os
+from typing import Any
 
 from django_workhorse.encryption.envelope import seal, unseal
 from django_workhorse.encryption.keys import encrypts_all, is_configured
@@ -57,3 +59,15 @@ def open_value(envelope: str, *, field: str, salt: bytes, job_id: int | None) ->
     """
     what = f"{field} of job {job_id}" if job_id is not None else field
     return unseal(envelope, associated_data=associated_data(field, salt), what=what).decode()
+
+
+def opened_json(stored: Any, *, field: str, salt: bytes | None, job_id: int | None) -> Any:
+    """Return a job's stored JSON value as its user sees it: a clear job's (or a missing value) as
+    it is, an encrypted job's envelope opened and parsed.
+
+    Raise ``DecryptionError`` if an encrypted job's value is not an envelope that opens.
+    """
+    if salt is None or stored is None:
+        return stored
+    envelope = stored if isinstance(stored, str) else ""  # anything else is no envelope
+    return json.loads(open_value(envelope, field=field, salt=salt, job_id=job_id))

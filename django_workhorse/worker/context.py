@@ -15,7 +15,7 @@ from django_workhorse import conf, sql
 from django_workhorse.admission import recording as breakers
 from django_workhorse.admission.breakers import check_open_until
 from django_workhorse.conf import app_settings
-from django_workhorse.encryption.jobs import CHECKPOINT_PREFIX, open_value, seal_value
+from django_workhorse.encryption.jobs import CHECKPOINT_PREFIX, opened_json, seal_value
 from django_workhorse.enqueueing.fingerprints import derived_step_key
 from django_workhorse.enqueueing.storable import check_json, check_text
 from django_workhorse.exceptions import (
@@ -226,11 +226,7 @@ class HandlerContext:
 
     def _opened_checkpoint(self, name: str, value: Any) -> Any:
         """A stored checkpoint as the handler sees it: an encrypted job's opened (``DecryptionError`` if it does not)."""
-        salt = self._job.cipher_salt
-        if salt is None:
-            return value
-        envelope = value if isinstance(value, str) else ""  # anything else is no envelope
-        return json.loads(open_value(envelope, field=CHECKPOINT_PREFIX + name, salt=salt, job_id=self.job_id))
+        return opened_json(value, field=CHECKPOINT_PREFIX + name, salt=self._job.cipher_salt, job_id=self.job_id)
 
     def _sealed_checkpoint(self, name: str, text: str, where: str, limit: int) -> str:
         """The JSON string of a checkpoint's envelope, checked against the result bound (what is stored)."""

@@ -140,7 +140,7 @@ def opened_payload(job: sql.claims.ClaimedJob) -> Any:
     """
     if job.cipher_salt is None:
         return job.payload
-    envelope = job.payload if isinstance(job.payload, str) else ""  # anything else is no envelope
+    envelope = job.payload if isinstance(job.payload, str) else ""  # even a null payload is sealed
     return json.loads(open_value(envelope, field=PAYLOAD, salt=job.cipher_salt, job_id=job.id))
 
 
