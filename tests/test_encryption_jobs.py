@@ -3,13 +3,16 @@ derived keys keyed, the worker opening the payload and sealing the result and th
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
+from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.db import connection, transaction
+from asgiref.sync import sync_to_async
+from django.db import connection, connections, transaction
 from django.test import override_settings
 
 from django_workhorse import (
@@ -20,17 +23,22 @@ from django_workhorse import (
     Idempotency,
     Throttle,
     Unique,
+    await_for,
     enqueue,
     enqueue_many,
     enqueue_with_result,
 )
+from django_workhorse import wait_for as wait_for_result
+from django_workhorse.awaiting import listener as listeners
 from django_workhorse.encryption import is_envelope
 from django_workhorse.encryption.jobs import CHECKPOINT_PREFIX, EVENT_ERROR, LAST_ERROR, PAYLOAD, RESULT, open_value
 from django_workhorse.enqueueing.fingerprints import canonical_json, field_digest, keyed_field_digest
 from django_workhorse.exceptions import (
+    DecryptionError,
     EncryptionNotConfiguredError,
     EnqueueIdempotencyConflictError,
     EnqueueValidationError,
+    JobFailedError,
     WorkflowConflictError,
 )
 from django_workhorse.models import Checkpoint, IdempotencyBinding, Job, JobEvent, JobStatus
@@ -482,3 +490,56 @@ def test_a_keyed_workflow_of_encrypted_steps_replays_and_a_clear_step_makes_it_a
     with pytest.raises(WorkflowConflictError) as caught:
         _diamond(key=key, a_encrypted=False).enqueue()
     assert caught.value.steps == ("a",)
+
+
+# -- waits ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def _result_listener() -> Iterator[None]:
+    """Stop the result listener a wait started, so its connection does not outlive the test."""
+    yield
+    listeners.listener("default").stop()
+
+
+@encrypted_settings
+@pytest.mark.usefixtures("_result_listener")
+def test_waits_return_an_encrypted_jobs_result_opened():
+    result = enqueue_with_result("tests.encryption.echo", {"secret": SECRET}, encrypted=True)
+    other = enqueue("tests.encryption.echo", {"secret": SECRET}, encrypted=True)
+    with running(make_worker()):
+        assert result.wait(30) == {"echo": {"secret": SECRET}, "attempt": 1}
+        assert wait_for_result(other, timeout=30) == {"echo": {"secret": SECRET}, "attempt": 1}
+    try:
+        assert asyncio.run(await_for(other, timeout=5)) == {"echo": {"secret": SECRET}, "attempt": 1}
+    finally:
+        asyncio.run(sync_to_async(connections.close_all, thread_sensitive=True)())
+
+
+@encrypted_settings
+@pytest.mark.usefixtures("_result_listener")
+def test_a_wait_on_a_dead_encrypted_job_names_its_error_opened():
+    job_id = enqueue("tests.encryption.fail", {"secret": SECRET}, encrypted=True, max_attempts=1)
+    with running(make_worker()), pytest.raises(JobFailedError) as caught:
+        wait_for_result(job_id, timeout=30)
+    assert caught.value.error.startswith(f"ValueError: cannot handle {SECRET}")
+
+
+@encrypted_settings
+@pytest.mark.usefixtures("_result_listener")
+def test_a_workflow_wait_opens_its_encrypted_steps_results():
+    result = _diamond().enqueue()
+    with running(make_worker()):
+        assert result.wait(30) == {"a": {"charged": SECRET}, "b": ["packed"], "c": "mailed", "d": None}
+
+
+@pytest.mark.usefixtures("_result_listener")
+def test_a_wait_on_a_result_under_a_key_no_longer_configured_raises_decryption_error():
+    with encrypted_settings:
+        job_id = enqueue("tests.encryption.echo", {"secret": SECRET}, encrypted=True)
+        run_worker()
+    rotated = override_settings(WORKHORSE_ENCRYPTION=encryption_setting(keys={"new": new_key()}, active="new"))
+    with rotated, pytest.raises(DecryptionError) as caught:
+        wait_for_result(job_id, timeout=5)
+    assert (caught.value.key_id, caught.value.reason) == (ACTIVE, DecryptionError.UNKNOWN_KEY)
+    assert str(caught.value).startswith(f"cannot decrypt result of job {job_id}: key id '{ACTIVE}'")

@@ -11,7 +11,7 @@ import json
 import os
 from typing import Any
 
-from django_workhorse.encryption.envelope import seal, unseal
+from django_workhorse.encryption.envelope import is_envelope, seal, unseal
 from django_workhorse.encryption.keys import encrypts_all, is_configured
 from django_workhorse.exceptions import EncryptionNotConfiguredError
 
@@ -71,3 +71,15 @@ def opened_json(stored: Any, *, field: str, salt: bytes | None, job_id: int | No
         return stored
     envelope = stored if isinstance(stored, str) else ""  # anything else is no envelope
     return json.loads(open_value(envelope, field=field, salt=salt, job_id=job_id))
+
+
+def opened_text(stored: str, *, field: str, salt: bytes | None, job_id: int | None) -> str:
+    """Return a job's stored text (``last_error``, an event's ``error``) as its user sees it: an
+    envelope opened; a clear job's text, or text the library wrote in clear (a reclaim's "lease
+    expired"), as it is.
+
+    Raise ``DecryptionError`` if an envelope does not open.
+    """
+    if salt is None or not is_envelope(stored):
+        return stored
+    return open_value(stored, field=field, salt=salt, job_id=job_id)
