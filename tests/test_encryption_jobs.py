@@ -46,6 +46,7 @@ from django_workhorse.outcomes.values import Cancel, Fail
 from django_workhorse.tasks.decorator import task
 from django_workhorse.tasks.registry import register
 from django_workhorse.tasks.retry import RetryPolicy
+from django_workhorse.testing import eager
 from django_workhorse.worker import HandlerContext
 from django_workhorse.workflows import Workflow, WorkflowResult
 from tests.encryption import ACTIVE, encryption_setting, new_key
@@ -93,6 +94,13 @@ def big_checkpoint(ctx: HandlerContext, payload: dict[str, int]) -> Any:
 @task(name="tests.encryption.auto", idempotent=True, encrypted=True)
 def auto(order: str) -> str:
     return order
+
+
+@pytest.fixture(autouse=True)
+def _result_listener() -> Iterator[None]:
+    """Stop the result listener a wait started, so its connection does not outlive the test."""
+    yield
+    listeners.listener("default").stop()
 
 
 def _job(job_id: int) -> Job:
@@ -319,7 +327,9 @@ def test_a_batch_mixes_encrypted_and_clear_requests_and_replays_within_itself():
 def test_the_payload_shows_nowhere_in_the_stored_rows():
     enqueue("tests.encryption.echo", {"secret": SECRET}, idempotency=Idempotency("k-1"), encrypted=True)
     failing = enqueue("tests.encryption.fail", {"secret": SECRET}, encrypted=True, max_attempts=1)
-    run_worker()
+    staged = enqueue("tests.encryption.staged", {"secret": SECRET}, encrypted=True, retry_policy=FAST_RETRY)
+    run_worker(max_jobs=4)
+    assert _job(staged).status == JobStatus.SUCCEEDED and Checkpoint.objects.filter(job_id=staged).exists()
     job = _job(failing)
     assert job.status == JobStatus.DEAD
     assert is_envelope(job.last_error)
@@ -330,7 +340,7 @@ def test_the_payload_shows_nowhere_in_the_stored_rows():
     assert open_value(details["error"], field=EVENT_ERROR, salt=bytes(job.cipher_salt), job_id=job.pk).startswith(
         f"ValueError: cannot handle {SECRET}"
     )
-    for table in ("workhorse_job", "workhorse_binding", "workhorse_job_event"):
+    for table in ("workhorse_job", "workhorse_binding", "workhorse_job_event", "workhorse_checkpoint"):
         assert SECRET not in _dump(table), table
 
 
@@ -495,15 +505,7 @@ def test_a_keyed_workflow_of_encrypted_steps_replays_and_a_clear_step_makes_it_a
 # -- waits ---------------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def _result_listener() -> Iterator[None]:
-    """Stop the result listener a wait started, so its connection does not outlive the test."""
-    yield
-    listeners.listener("default").stop()
-
-
 @encrypted_settings
-@pytest.mark.usefixtures("_result_listener")
 def test_waits_return_an_encrypted_jobs_result_opened():
     result = enqueue_with_result("tests.encryption.echo", {"secret": SECRET}, encrypted=True)
     other = enqueue("tests.encryption.echo", {"secret": SECRET}, encrypted=True)
@@ -517,7 +519,6 @@ def test_waits_return_an_encrypted_jobs_result_opened():
 
 
 @encrypted_settings
-@pytest.mark.usefixtures("_result_listener")
 def test_a_wait_on_a_dead_encrypted_job_names_its_error_opened():
     job_id = enqueue("tests.encryption.fail", {"secret": SECRET}, encrypted=True, max_attempts=1)
     with running(make_worker()), pytest.raises(JobFailedError) as caught:
@@ -526,14 +527,12 @@ def test_a_wait_on_a_dead_encrypted_job_names_its_error_opened():
 
 
 @encrypted_settings
-@pytest.mark.usefixtures("_result_listener")
 def test_a_workflow_wait_opens_its_encrypted_steps_results():
     result = _diamond().enqueue()
     with running(make_worker()):
         assert result.wait(30) == {"a": {"charged": SECRET}, "b": ["packed"], "c": "mailed", "d": None}
 
 
-@pytest.mark.usefixtures("_result_listener")
 def test_a_wait_on_a_result_under_a_key_no_longer_configured_raises_decryption_error():
     with encrypted_settings:
         job_id = enqueue("tests.encryption.echo", {"secret": SECRET}, encrypted=True)
@@ -543,3 +542,22 @@ def test_a_wait_on_a_result_under_a_key_no_longer_configured_raises_decryption_e
         wait_for_result(job_id, timeout=5)
     assert (caught.value.key_id, caught.value.reason) == (ACTIVE, DecryptionError.UNKNOWN_KEY)
     assert str(caught.value).startswith(f"cannot decrypt result of job {job_id}: key id '{ACTIVE}'")
+
+
+# -- eager mode ----------------------------------------------------------------------------------
+
+
+@encrypted_settings
+def test_eager_mode_runs_an_encrypted_job_inline_as_a_worker_would():
+    CALLS.clear()
+    with eager():
+        result = enqueue_with_result("tests.encryption.echo", {"secret": SECRET}, encrypted=True)
+        with pytest.raises(ValueError, match=f"cannot handle {SECRET}"):
+            enqueue("tests.encryption.fail", {"secret": SECRET}, encrypted=True, max_attempts=1)
+    assert CALLS.items() == [{"secret": SECRET}]
+    job = _job(result.job_id)
+    assert job.status == JobStatus.SUCCEEDED and is_envelope(job.result)
+    assert result.wait(5) == {"echo": {"secret": SECRET}, "attempt": 1}
+    dead = Job.objects.get(job_type="tests.encryption.fail")
+    assert dead.status == JobStatus.DEAD and is_envelope(dead.last_error)
+    assert SECRET not in _dump("workhorse_job") + _dump("workhorse_job_event")
