@@ -27,12 +27,19 @@ from django_workhorse import (
     enqueue,
     enqueue_many,
     enqueue_with_result,
+    redrive,
 )
 from django_workhorse import wait_for as wait_for_result
 from django_workhorse.awaiting import listener as listeners
 from django_workhorse.encryption import is_envelope
 from django_workhorse.encryption.jobs import CHECKPOINT_PREFIX, EVENT_ERROR, LAST_ERROR, PAYLOAD, RESULT, open_value
-from django_workhorse.enqueueing.fingerprints import canonical_json, field_digest, keyed_field_digest
+from django_workhorse.enqueueing.fingerprints import (
+    canonical_json,
+    derived_step_key,
+    field_digest,
+    key_hash,
+    keyed_field_digest,
+)
 from django_workhorse.exceptions import (
     DecryptionError,
     EncryptionNotConfiguredError,
@@ -561,3 +568,32 @@ def test_eager_mode_runs_an_encrypted_job_inline_as_a_worker_would():
     dead = Job.objects.get(job_type="tests.encryption.fail")
     assert dead.status == JobStatus.DEAD and is_envelope(dead.last_error)
     assert SECRET not in _dump("workhorse_job") + _dump("workhorse_job_event")
+
+
+# -- redrives and step keys ----------------------------------------------------------------------
+
+
+@encrypted_settings
+def test_a_redriven_encrypted_job_keeps_its_salt_and_its_payload_opens():
+    CALLS.clear()
+    job_id = enqueue("tests.encryption.fail", {"secret": SECRET}, encrypted=True, max_attempts=1)
+    run_worker()
+    copy = redrive(job_id, request_id="again")
+    assert bytes(_job(copy).cipher_salt) == bytes(_job(job_id).cipher_salt)
+    run_worker()
+    job = _job(copy)
+    error = open_value(job.last_error, field=LAST_ERROR, salt=bytes(job.cipher_salt), job_id=copy)
+    assert error.startswith(f"ValueError: cannot handle {SECRET}")  # the handler got the payload opened
+
+
+@encrypted_settings
+def test_an_encrypted_steps_key_is_keyed_and_a_clear_steps_is_not():
+    CALLS.clear()
+    key = Idempotency("wf-keys", scope="tests.encryption")
+    result = _diamond(key=key).enqueue()
+    run_worker()
+    keys = {call["step"]: call["key"] for call in CALLS.items()}
+    hashed = key_hash(key.scope, key.key)
+    assert keys["a"] == derived_step_key(hashed, "a", encrypted=True) != derived_step_key(hashed, "a")
+    assert keys["b"] == derived_step_key(hashed, "b")
+    assert Job.objects.get(pk=result.jobs["d"]).status == JobStatus.SUCCEEDED

@@ -56,18 +56,20 @@ def derived_http_key(hashed: bytes, step: str) -> str:
     return _derived_from_hash("http:", hashed, step)
 
 
-def derived_step_key(hashed: bytes, step_name: str) -> str:
+def derived_step_key(hashed: bytes, step_name: str, *, encrypted: bool = False) -> str:
     """Return the ``ctx.idempotency_key`` of step ``step_name`` of a workflow whose key hashed to ``hashed``.
 
     ``"wf:" + sha256(key_hash + b"\\x1f" + utf8(step_name))``, first 32 hex characters (decision
     0022 §3): the same for every attempt, replay and redrive of the step, and for a later workflow
-    under the same key; it reveals nothing of the key.
+    under the same key; it reveals nothing of the key. An ``encrypted`` step's is HMAC-SHA256 under
+    the fingerprint key instead (decision 0024), as every digest of an encrypted request is.
     """
-    return _derived_from_hash("wf:", hashed, step_name)
+    return _derived_from_hash("wf:", hashed, step_name, keyed=encrypted)
 
 
-def _derived_from_hash(prefix: str, hashed: bytes, step: str) -> str:
-    digest = hashlib.sha256(hashed + KEY_HASH_SEPARATOR.encode() + step.encode()).hexdigest()
+def _derived_from_hash(prefix: str, hashed: bytes, step: str, *, keyed: bool = False) -> str:
+    data = hashed + KEY_HASH_SEPARATOR.encode() + step.encode()
+    digest = fingerprint_hmac(data).hex() if keyed else hashlib.sha256(data).hexdigest()
     return prefix + digest[:DERIVED_KEY_HEX_CHARS]
 
 

@@ -85,7 +85,7 @@ class HandlerContext:
         """
         identity = self._step_identity
         if identity is not None and identity.key_hash is not None:
-            return derived_step_key(identity.key_hash, identity.step_name)
+            return derived_step_key(identity.key_hash, identity.step_name, encrypted=self._job.cipher_salt is not None)
         return f"workhorse-job-{self._job.root_id}"
 
     def idempotency_key_for(self, step: str = "") -> str:
