@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import math
 from collections.abc import Iterator
 from datetime import timedelta
@@ -597,3 +598,19 @@ def test_an_encrypted_steps_key_is_keyed_and_a_clear_steps_is_not():
     assert keys["a"] == derived_step_key(hashed, "a", encrypted=True) != derived_step_key(hashed, "a")
     assert keys["b"] == derived_step_key(hashed, "b")
     assert Job.objects.get(pk=result.jobs["d"]).status == JobStatus.SUCCEEDED
+
+
+@encrypted_settings
+def test_logs_show_an_encrypted_jobs_error_only_as_its_size(caplog):
+    with caplog.at_level(logging.DEBUG, logger="django_workhorse"):
+        job_id = enqueue("tests.encryption.fail", {"secret": SECRET}, encrypted=True, max_attempts=1)
+        run_worker()
+    dead = [r for r in caplog.records if r.getMessage().startswith(f"Job failed, dead id={job_id} ")]
+    assert len(dead) == 1
+    assert dead[0].getMessage().endswith(f" error=encrypted ({len(_last_error(job_id).encode())} bytes)")
+    assert not any(SECRET in r.getMessage() or SECRET in str(r.__dict__) for r in caplog.records)
+
+
+def _last_error(job_id: int) -> str:
+    job = _job(job_id)
+    return open_value(job.last_error, field=LAST_ERROR, salt=bytes(job.cipher_salt), job_id=job_id)

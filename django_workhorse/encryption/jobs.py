@@ -83,3 +83,9 @@ def opened_text(stored: str, *, field: str, salt: bytes | None, job_id: int | No
     if salt is None or not is_envelope(stored):
         return stored
     return open_value(stored, field=field, salt=salt, job_id=job_id)
+
+
+def shown_error(error: str, salt: bytes | None) -> str:
+    """Return what logs and traces may show of a job's error: an encrypted job's only as its size
+    (the handler's text may quote the payload it failed on)."""
+    return error if salt is None or not error else f"encrypted ({len(error.encode())} bytes)"

@@ -15,7 +15,15 @@ from django.db import transaction
 
 from django_workhorse import sql
 from django_workhorse.conf import app_settings
-from django_workhorse.encryption.jobs import EVENT_ERROR, LAST_ERROR, PAYLOAD, RESULT, open_value, seal_value
+from django_workhorse.encryption.jobs import (
+    EVENT_ERROR,
+    LAST_ERROR,
+    PAYLOAD,
+    RESULT,
+    open_value,
+    seal_value,
+    shown_error,
+)
 from django_workhorse.enqueueing.storable import check_json, storable_text
 from django_workhorse.exceptions import (
     AttemptTimeoutError,
@@ -293,7 +301,7 @@ def _log_finished(outcome: Outcome, status: str) -> None:
     if outcome.kind == "given_back":
         return  # logged when it was given back
     if status == "queued" and outcome.run_at is not None:
-        error = error_head(outcome.error)
+        error = error_head(shown_error(outcome.error, job.cipher_salt))
         logger.warning(
             "Job failed, will retry id=%s type=%s attempt=%s/%s next run_at=%s error=%s",
             job.id,
@@ -305,7 +313,7 @@ def _log_finished(outcome: Outcome, status: str) -> None:
             extra={**fields, "run_at": outcome.run_at.isoformat(), "error": error},
         )
     elif status == "dead":
-        error = error_head(outcome.error)
+        error = error_head(shown_error(outcome.error, job.cipher_salt))
         logger.error(
             "Job failed, dead id=%s type=%s attempt=%s/%s no more attempts error=%s"
             if outcome.kind != "failed"
