@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from django.apps import AppConfig
@@ -9,6 +10,8 @@ from django.apps import AppConfig
 # The migrations that create the database functions; post_migrate keeps each current after its own.
 FUNCTIONS_MIGRATION = "0011_enqueue_one_function"  # workhorse_enqueue_one (sql.enqueue)
 HTTP_FUNCTIONS_MIGRATION = "0012_http_records"  # workhorse_http_claim (sql.http_records)
+# The migration that adds workhorse_job.cipher_salt, which workhorse_enqueue_one writes once it is applied.
+CIPHER_SALT_MIGRATION = "0025_job_cipher_salt"
 
 
 class WorkhorseConfig(AppConfig):
@@ -53,9 +56,12 @@ def _install_functions(sender: AppConfig, using: str, **kwargs: Any) -> None:
         return
     loader = MigrationLoader(connections[using], ignore_no_migrations=True)
     migrated = sender.label in loader.migrated_apps
+    applied = loader.applied_migrations
+    # Migrated back before 0025, the enqueue function must not write the column it removed.
+    salted = not migrated or (sender.label, CIPHER_SALT_MIGRATION) in applied
     for migration, install in (
-        (FUNCTIONS_MIGRATION, sql.enqueue.install_functions),
+        (FUNCTIONS_MIGRATION, functools.partial(sql.enqueue.install_functions, cipher_salt=salted)),
         (HTTP_FUNCTIONS_MIGRATION, sql.http_records.install_functions),
     ):
-        if not migrated or (sender.label, migration) in loader.applied_migrations:
+        if not migrated or (sender.label, migration) in applied:
             install(using)

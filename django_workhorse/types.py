@@ -120,6 +120,9 @@ class EnqueueOptions:
     rate_limit: str | None = None
     rate_partition: str | None = None
     partition_key: str | None = None
+    # Payload encryption at rest (decision 0024): True seals the job's payload, result, errors and
+    # checkpoints; None follows WORKHORSE_ENCRYPTION["encrypt_all"]; False keeps the job in clear.
+    encrypted: bool | None = None
     idempotency: Idempotency | None = None
     unique: Unique | None = None
     debounce: Debounce | None = None

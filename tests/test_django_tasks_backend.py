@@ -49,12 +49,14 @@ from django_workhorse import (
     enqueue,
 )
 from django_workhorse.conf import MAX_JSON_DEPTH
+from django_workhorse.encryption import is_envelope
 from django_workhorse.enqueueing.fingerprints import derived_key
 from django_workhorse.exceptions import DjangoTaskNotFoundError, WorkhorseBackendNotConfiguredError, WorkhorseError
 from django_workhorse.models import Job, JobEvent, JobStatus
 from django_workhorse.tasks.registry import Handler, get_handler
 from django_workhorse.testing import eager, run_job
 from tests.conftest import connect_directly
+from tests.encryption import encryption_setting
 from tests.values import as_stored, nested, read_back
 from tests.worker_tasks import run_worker
 
@@ -939,6 +941,24 @@ def test_a_failing_task_is_failed_after_max_attempts_with_one_error_per_attempt(
     assert result.errors[-1].traceback.endswith("ValueError: always broken\n")
     assert len(set(result.worker_ids)) == 1
     assert result.finished_at is not None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_get_result_opens_what_encrypt_all_sealed():
+    with override_settings(WORKHORSE_ENCRYPTION=encryption_setting(encrypt_all=True)):
+        result, failing = add.enqueue(1, 2), always_failing.enqueue()
+        assert is_envelope(job_of(result).payload) and is_envelope(job_of(failing).payload)
+
+        run_worker(max_jobs=3)
+
+        again = task_backends["default"].get_result(result.id)
+        failing.refresh()
+        assert is_envelope(job_of(result).result) and is_envelope(job_of(failing).last_error)
+    assert (again.status, again.args, again.return_value) == (TaskResultStatus.SUCCESSFUL, [1, 2], 3)
+    assert failing.status == TaskResultStatus.FAILED
+    assert [e.exception_class for e in failing.errors] == [ValueError, ValueError]
+    assert all(e.traceback.startswith("ValueError: always broken\n") for e in failing.errors)
+    assert failing.errors[-1].traceback.endswith("ValueError: always broken\n")
 
 
 @pytest.mark.django_db(transaction=True)

@@ -11,7 +11,12 @@ from django.test import override_settings
 
 from django_workhorse import EnqueueOutcome, Idempotency, enqueue_with_result
 from django_workhorse.sql import http_records
-from django_workhorse.sql.enqueue import CREATE_ENQUEUE_ONE_FUNCTION, DROP_ENQUEUE_ONE_FUNCTION, ENQUEUE_ONE_FUNCTION
+from django_workhorse.sql.enqueue import (
+    CREATE_ENQUEUE_ONE_FUNCTION,
+    DROP_ENQUEUE_ONE_FUNCTION,
+    ENQUEUE_ONE_FUNCTION,
+    create_enqueue_one_function,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -103,10 +108,27 @@ def test_migrating_back_before_0012_drops_the_claim_function_and_keeps_enqueues(
     try:
         call_command("migrate", "workhorse", "0011", verbosity=0)
         assert _claim_bodies() == []
-        assert _installed_bodies() == [CREATE_ENQUEUE_ONE_FUNCTION.split("$function$")[1]]
+        # Before 0025 the function leaves cipher_salt (not there yet) alone.
+        assert _installed_bodies() == [create_enqueue_one_function(cipher_salt=False).split("$function$")[1]]
     finally:
         call_command("migrate", "workhorse", verbosity=0)
     assert _claim_bodies() == [CLAIM_BODY]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_migrating_back_before_0025_keeps_keyed_enqueues_and_forward_writes_salts_again():
+    try:
+        call_command("migrate", "workhorse", "0024", verbosity=0)
+        assert _installed_bodies() == [create_enqueue_one_function(cipher_salt=False).split("$function$")[1]]
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM information_schema.columns WHERE column_name = 'cipher_salt'")
+            assert cursor.fetchone() == (0,)
+        assert enqueue_with_result("t", {"n": 1}, idempotency=KEY).outcome == EnqueueOutcome.ACCEPTED
+        assert enqueue_with_result("t", {"n": 1}, idempotency=KEY).outcome == EnqueueOutcome.REPLAYED
+    finally:
+        call_command("migrate", "workhorse", verbosity=0)
+    assert _installed_bodies() == [CREATE_ENQUEUE_ONE_FUNCTION.split("$function$")[1]]
+    assert enqueue_with_result("t", {"n": 2}, idempotency=Idempotency("order-2")).outcome == EnqueueOutcome.ACCEPTED
 
 
 def test_a_database_built_without_migrations_gets_the_claim_function_too():

@@ -28,6 +28,7 @@ from django_workhorse.backends._framework import (
     TaskResultStatus,
 )
 from django_workhorse.conf import app_settings
+from django_workhorse.encryption.jobs import EVENT_ERROR, LAST_ERROR, PAYLOAD, RESULT, opened_json, opened_text
 from django_workhorse.exceptions import WorkhorseError
 from django_workhorse.types import EnqueueResult, JobId
 
@@ -142,7 +143,8 @@ def read_result(
     if job is None:
         raise TaskResultDoesNotExist(str(job_id))
     task = _task_of(job, backend)
-    payload = job.payload
+    salt = None if job.cipher_salt is None else bytes(job.cipher_salt)
+    payload = opened_json(job.payload, field=PAYLOAD, salt=salt, job_id=job.pk)
     if not isinstance(payload, dict) or not isinstance(payload.get("args"), list):
         raise TaskResultDoesNotExist(f"{job_id} (job type {job.job_type!r} is not a django.tasks task)")
     events = (
@@ -157,7 +159,7 @@ def read_result(
         if kind == EventKind.CLAIMED:
             claims[attempt] = (str(details.get("worker", "")), at)
         else:
-            failures.append(details)
+            failures.append(_opened_details(details, salt, job.pk))
     attempts = range(1, job.attempt + 1)
     status = STATUSES[job.status]
     result = WorkhorseTaskResult(
@@ -171,12 +173,12 @@ def read_result(
         args=payload["args"],
         kwargs=payload.get("kwargs") or {},
         backend=backend,
-        errors=_errors(job, failures),
+        errors=_errors(job.status, opened_text(job.last_error, field=LAST_ERROR, salt=salt, job_id=job.pk), failures),
         worker_ids=[claims[n][0] if n in claims else job.claimed_by for n in attempts],
         enqueue_result=enqueue_result,
     )
     if status == SUCCESSFUL:
-        object.__setattr__(result, "_return_value", job.result)
+        object.__setattr__(result, "_return_value", opened_json(job.result, field=RESULT, salt=salt, job_id=job.pk))
     return result
 
 
@@ -198,18 +200,26 @@ def _task_of(job: Job, backend: str) -> Task[..., Any]:
     return task
 
 
-def _errors(job: Job, failures: list[dict[str, Any]]) -> list[TaskError]:
+def _opened_details(details: dict[str, Any], salt: bytes | None, job_id: int) -> dict[str, Any]:
+    """A failed event's details with an encrypted job's error opened (``DecryptionError`` if it does not)."""
+    error = details.get("error")
+    if salt is None or not isinstance(error, str):
+        return details
+    return {**details, "error": opened_text(error, field=EVENT_ERROR, salt=salt, job_id=job_id)}
+
+
+def _errors(status: str, last_error: str, failures: list[dict[str, Any]]) -> list[TaskError]:
     """One error per failed attempt; the last one's full text is the job's ``last_error``."""
     errors = []
     used_last_error = False
     for position, details in enumerate(failures):
         text = str(details.get("error", ""))
-        if position == len(failures) - 1 and job.last_error and job.last_error.startswith(text):
-            text, used_last_error = job.last_error, True
+        if position == len(failures) - 1 and last_error and last_error.startswith(text):
+            text, used_last_error = last_error, True
         errors.append(
             TaskError(exception_class_path=str(details.get("exception_class", WORKHORSE_ERROR)), traceback=text)
         )
-    if job.status == "dead" and job.last_error and not used_last_error:
+    if status == "dead" and last_error and not used_last_error:
         # Died without raising on its last attempt: the lease expired, or a shutdown interrupted it.
-        errors.append(TaskError(exception_class_path=WORKHORSE_ERROR, traceback=job.last_error))
+        errors.append(TaskError(exception_class_path=WORKHORSE_ERROR, traceback=last_error))
     return errors

@@ -20,7 +20,13 @@ from django_workhorse import conf, sql
 from django_workhorse.conf import app_settings
 from django_workhorse.enqueueing.after_write import after_write
 from django_workhorse.enqueueing.entries import prepare_entry
-from django_workhorse.enqueueing.fingerprints import WORKFLOW_FIELD, differing_fields, is_workflow_fingerprint
+from django_workhorse.enqueueing.fingerprints import (
+    ENCRYPTED_FIELD,
+    WORKFLOW_FIELD,
+    differing_fields,
+    differs_in_encryption,
+    is_workflow_fingerprint,
+)
 from django_workhorse.enqueueing.prepared import PreparedJob
 from django_workhorse.enqueueing.validation import CheckedOptions, check_caller_scope, prepare, resolve_options
 from django_workhorse.exceptions import EnqueueIdempotencyConflictError, EnqueueValidationError, KeyNotSettledError
@@ -48,11 +54,14 @@ def enqueue(
     """Enqueue a job and return its id, or the id of the job that already owns this request's key.
 
     Options are keyword arguments (``queue``, ``priority``, ``run_at``, ``delay``, ``tags``,
-    ``max_attempts``, ``retry_policy``, ``deadline``, ``timeout``, ``concurrency_key``, ``breaker_key`` and at most
-    one keyed mode such as ``idempotency=Idempotency(key, scope)``) or one ``EnqueueOptions`` value;
-    keywords override it. The job joins the caller's transaction and vanishes if it rolls back.
+    ``max_attempts``, ``retry_policy``, ``deadline``, ``timeout``, ``concurrency_key``, ``breaker_key``,
+    ``encrypted`` and at most one keyed mode such as ``idempotency=Idempotency(key, scope)``) or one
+    ``EnqueueOptions`` value; keywords override it. The job joins the caller's transaction and vanishes
+    if it rolls back. ``encrypted=True`` seals the payload (and later the result, errors and
+    checkpoints) under ``WORKHORSE_ENCRYPTION``; None (the default) follows its ``encrypt_all``.
 
-    Raise ``EnqueueValidationError`` for an argument out of bounds and
+    Raise ``EnqueueValidationError`` for an argument out of bounds,
+    ``EncryptionNotConfiguredError`` for ``encrypted=True`` without ``WORKHORSE_ENCRYPTION``, and
     ``EnqueueIdempotencyConflictError`` when a live key was accepted for a different request.
     """
     return enqueue_with_result(job_type, payload, options, using=using, **option_kwargs).job_id
@@ -300,6 +309,8 @@ def _replay_or_conflict(
         fields = ["mode"]
     elif is_workflow_fingerprint(existing.field_digests):  # a workflow's anchor: not every field of both
         fields = [WORKFLOW_FIELD]
+    elif differs_in_encryption(existing.field_digests, binding.field_digests):
+        fields = [ENCRYPTED_FIELD]  # digests made two ways (keyed and not) say nothing field by field
     else:
         fields = differing_fields(existing.field_digests, binding.field_digests)
     raise EnqueueIdempotencyConflictError(

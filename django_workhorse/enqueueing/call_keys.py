@@ -11,6 +11,7 @@ from typing import Any
 
 from django_workhorse import conf
 from django_workhorse.conf import app_settings
+from django_workhorse.encryption.jobs import is_encrypted
 from django_workhorse.enqueueing.fingerprints import derived_key
 from django_workhorse.enqueueing.storable import check_json
 from django_workhorse.enqueueing.validation import check_key_text
@@ -48,11 +49,13 @@ def call_key(
     return key
 
 
-def checked_derived_key(task_name: str, arguments: Mapping[str, Any]) -> str:
+def checked_derived_key(task_name: str, arguments: Mapping[str, Any], *, encrypted: bool | None = None) -> str:
     """Return the key ``idempotent=True`` derives from a call's bound ``arguments``.
 
     The arguments are the job's payload, so they are checked as one first: a value PostgreSQL
     cannot store raises ``EnqueueValidationError`` naming where it is, never a bare ``ValueError``.
+    An encrypted call (``encrypted``, or ``encrypt_all`` when it is None) derives a keyed digest;
+    ``encrypted=True`` without ``WORKHORSE_ENCRYPTION`` raises ``EncryptionNotConfiguredError``.
     """
     check_json(dict(arguments), "payload", max_bytes=app_settings.MAX_PAYLOAD_BYTES, error=EnqueueValidationError)
-    return derived_key(task_name, arguments)
+    return derived_key(task_name, arguments, encrypted=is_encrypted(encrypted))

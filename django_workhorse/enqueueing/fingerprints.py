@@ -14,6 +14,8 @@ from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
 
+from django_workhorse.encryption.keys import fingerprint_hmac
+
 # One encoder instance: building it per call costs more than encoding a small value.
 _CANONICAL = DjangoJSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 KEY_HASH_SEPARATOR = "\x1f"
@@ -54,18 +56,20 @@ def derived_http_key(hashed: bytes, step: str) -> str:
     return _derived_from_hash("http:", hashed, step)
 
 
-def derived_step_key(hashed: bytes, step_name: str) -> str:
+def derived_step_key(hashed: bytes, step_name: str, *, encrypted: bool = False) -> str:
     """Return the ``ctx.idempotency_key`` of step ``step_name`` of a workflow whose key hashed to ``hashed``.
 
     ``"wf:" + sha256(key_hash + b"\\x1f" + utf8(step_name))``, first 32 hex characters (decision
     0022 §3): the same for every attempt, replay and redrive of the step, and for a later workflow
-    under the same key; it reveals nothing of the key.
+    under the same key; it reveals nothing of the key. An ``encrypted`` step's is HMAC-SHA256 under
+    the fingerprint key instead (decision 0024), as every digest of an encrypted request is.
     """
-    return _derived_from_hash("wf:", hashed, step_name)
+    return _derived_from_hash("wf:", hashed, step_name, keyed=encrypted)
 
 
-def _derived_from_hash(prefix: str, hashed: bytes, step: str) -> str:
-    digest = hashlib.sha256(hashed + KEY_HASH_SEPARATOR.encode() + step.encode()).hexdigest()
+def _derived_from_hash(prefix: str, hashed: bytes, step: str, *, keyed: bool = False) -> str:
+    data = hashed + KEY_HASH_SEPARATOR.encode() + step.encode()
+    digest = fingerprint_hmac(data).hex() if keyed else hashlib.sha256(data).hexdigest()
     return prefix + digest[:DERIVED_KEY_HEX_CHARS]
 
 
@@ -121,6 +125,14 @@ def field_digest(canonical_text: str) -> str:
     return hashlib.sha256(canonical_text.encode()).hexdigest()[:FIELD_DIGEST_HEX_CHARS]
 
 
+def keyed_field_digest(canonical_text: str) -> str:
+    """Return the short digest of one field of an encrypted request: HMAC-SHA256 under the fingerprint key.
+
+    Raise ``EncryptionNotConfiguredError`` if ``WORKHORSE_ENCRYPTION`` is not set.
+    """
+    return fingerprint_hmac(canonical_text.encode()).hex()[:FIELD_DIGEST_HEX_CHARS]
+
+
 def digest_fields(canonical_fields: Mapping[str, str]) -> dict[str, str]:
     """Return a short digest of each field's canonical JSON text."""
     return {name: field_digest(text) for name, text in canonical_fields.items()}
@@ -136,6 +148,17 @@ def differing_fields(stored: Mapping[str, str], requested: Mapping[str, str]) ->
     return sorted(name for name in stored.keys() | requested.keys() if stored.get(name) != requested.get(name))
 
 
+# The field an encrypted request adds to its fingerprint (decision 0024), and its value: a key sent
+# encrypted and then in clear (or the reverse) conflicts on this field alone.
+ENCRYPTED_FIELD = "encrypted"
+ENCRYPTED = "true"
+
+
+def differs_in_encryption(stored: Mapping[str, str], requested: Mapping[str, str]) -> bool:
+    """Whether one of two requests is encrypted and the other is not."""
+    return stored.get(ENCRYPTED_FIELD) != requested.get(ENCRYPTED_FIELD)
+
+
 # A workflow's fingerprint (decision 0022): one field per step, named with this prefix, and its name.
 STEP_FIELD_PREFIX = "step:"
 # The one field a conflict names when a key held by a plain job meets a workflow, or the reverse.
@@ -147,11 +170,14 @@ def is_workflow_fingerprint(digests: Mapping[str, str]) -> bool:
     return any(name.startswith(STEP_FIELD_PREFIX) for name in digests)
 
 
-def derived_key(task_name: str, arguments: Mapping[str, Any]) -> str:
+def derived_key(task_name: str, arguments: Mapping[str, Any], *, encrypted: bool = False) -> str:
     """Return the key an ``idempotent=True`` task derives for a call.
 
     ``"auto:" + sha256(utf8(task_name) + b"\\x00" + canonical JSON of {parameter: value})``, first
     32 hex characters; the recipe is public (docs/derived-keys.md) so other producers can compute it.
+    For an ``encrypted`` call it is HMAC-SHA256 under the fingerprint key instead (decision 0024), so
+    the key cannot be checked against guessed arguments without that key.
     """
-    digest = hashlib.sha256(task_name.encode() + b"\x00" + canonical_json(dict(arguments)).encode())
-    return DERIVED_KEY_PREFIX + digest.hexdigest()[:DERIVED_KEY_HEX_CHARS]
+    data = task_name.encode() + b"\x00" + canonical_json(dict(arguments)).encode()
+    digest = fingerprint_hmac(data).hex() if encrypted else hashlib.sha256(data).hexdigest()
+    return DERIVED_KEY_PREFIX + digest[:DERIVED_KEY_HEX_CHARS]

@@ -67,6 +67,10 @@ class PreparedJob:
     rate_limit: str | None = None
     rate_partition: str | None = None
     partition_key: str | None = None
+    # An encrypted job (decision 0024): its salt (``payload_json`` is then the JSON string of the
+    # payload's envelope) and its plaintext payload's keyed digest, for a workflow's fingerprint.
+    cipher_salt: bytes | None = None
+    payload_digest: str | None = None
 
 
 # The keyed-mode name of a request without a key, in metrics and traces.

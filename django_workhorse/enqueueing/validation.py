@@ -15,11 +15,15 @@ from typing import Any
 from django_workhorse import conf
 from django_workhorse.admission import rate_limits
 from django_workhorse.conf import app_settings
+from django_workhorse.encryption.jobs import PAYLOAD, is_encrypted, new_salt, seal_value
 from django_workhorse.enqueueing.fingerprints import (
+    ENCRYPTED,
+    ENCRYPTED_FIELD,
     canonical_json,
     field_digest,
     key_hash,
     key_preview,
+    keyed_field_digest,
 )
 from django_workhorse.enqueueing.prepared import PreparedBinding, PreparedJob
 from django_workhorse.enqueueing.storable import BoundError, check_datetime, check_json, check_text
@@ -155,9 +159,17 @@ def prepare(
     """
     check_text(job_type, "job_type", max_chars=conf.MAX_JOB_TYPE_CHARS, error=EnqueueValidationError)
     checked = checked or check_options(options)
-    payload_json = _payload(payload, max_payload_bytes or app_settings.MAX_PAYLOAD_BYTES)
+    encrypted = _encrypted(options.encrypted)
+    max_bytes = max_payload_bytes or app_settings.MAX_PAYLOAD_BYTES
+    payload_json = _payload(payload, max_bytes)
     limit = _concurrency_limit(options)
-    binding = _bind(job_type, options, checked.tags, payload_json, checked.retry_policy_json, limit)
+    binding = _bind(job_type, options, checked.tags, payload_json, checked.retry_policy_json, limit, encrypted)
+    salt = payload_digest = None
+    if encrypted:
+        # Fingerprints are taken on the plaintext (above); what is stored is its envelope.
+        payload_digest = binding.field_digests["payload"] if binding is not None else keyed_field_digest(payload_json)
+        salt = new_salt()
+        payload_json = _sealed_payload(payload_json, salt, max_bytes)
     return PreparedJob(
         job_type=job_type,
         queue=options.queue,
@@ -178,7 +190,25 @@ def prepare(
         rate_limit=options.rate_limit,
         rate_partition=options.rate_partition,
         partition_key=options.partition_key,
+        cipher_salt=salt,
+        payload_digest=payload_digest,
     )
+
+
+def _encrypted(requested: Any) -> bool:
+    """Whether the request is encrypted (None: as ``encrypt_all`` says); raise if it cannot be."""
+    if requested is not None and not isinstance(requested, bool):
+        raise EnqueueValidationError(field="encrypted", bound="True, False or None", value=type(requested).__name__)
+    return is_encrypted(requested)
+
+
+def _sealed_payload(payload_json: str, salt: bytes, limit: int) -> str:
+    """The JSON string of the payload's envelope, checked against the payload bound (what is stored)."""
+    stored = f'"{seal_value(payload_json, field=PAYLOAD, salt=salt)}"'  # an envelope needs no escaping
+    if len(stored) > limit:
+        bound = f"at most {limit} bytes serialized"
+        raise EnqueueValidationError(field="payload", bound=bound, value=f"{len(stored)} bytes once encrypted")
+    return stored
 
 
 def _bind(
@@ -188,6 +218,7 @@ def _bind(
     payload_json: str,
     policy_json: str,
     concurrency_limit: int | None,
+    encrypted: bool = False,
 ) -> PreparedBinding | None:
     chosen = [name for name in MODE_OPTIONS if getattr(options, name) is not None]
     if len(chosen) > 1:
@@ -218,12 +249,13 @@ def _bind(
             field="debounce.schedule", bound=" or ".join(map(repr, DEBOUNCE_SCHEDULES)), value=mode.schedule
         )
     debounce_schedule: str | None = mode.schedule if isinstance(mode, Debounce) else None
-    constant = _constant_fields(
+    fields = _keyed_fields if encrypted else _constant_fields
+    constant = fields(
         _fingerprint_values(job_type, options, tags, lifetime_name, lifetime, concurrency_limit),
         policy_json,
         debounce_schedule,
     )
-    payload_digest = field_digest(payload_json)
+    payload_digest = keyed_field_digest(payload_json) if encrypted else field_digest(payload_json)
     digests = {**constant.digests, "payload": payload_digest}
     window = mode.window if isinstance(mode, Debounce) else None
     return PreparedBinding(
@@ -244,6 +276,9 @@ def request_fingerprint(job: PreparedJob) -> bytes:
     fields ``_fingerprint_values`` names, payload and retry policy (what a workflow step contributes
     to its graph's fingerprint). Admission options are left out, as for keyed jobs."""
     values = _fingerprint_values(job.job_type, job, job.tags, "ttl", None, job.concurrency_limit)
+    if job.cipher_salt is not None:  # encrypted: keyed digests, of the plaintext payload
+        assert job.payload_digest is not None
+        return _keyed_fields(values, job.retry_policy_json, None).request_digest(job.payload_digest)
     return _constant_fields(values, job.retry_policy_json, None).request_digest(field_digest(job.payload_json))
 
 
@@ -304,6 +339,21 @@ def _constant_fields(values: tuple[tuple[str, Any], ...], policy_json: str, sche
     digests["retry_policy"] = _cached_text_digest(policy_json)
     if schedule is not None:
         digests["schedule"] = _cached_value_digest(schedule)
+    return _around_payload(digests)
+
+
+def _keyed_fields(values: tuple[tuple[str, Any], ...], policy_json: str, schedule: str | None) -> _ConstantFields:
+    """``_constant_fields`` of an encrypted request: each digest an HMAC under the fingerprint key, and
+    the field ``encrypted``. Not cached: the key may change (``setting_changed``), and a cache would keep it."""
+    digests = {name: keyed_field_digest(canonical_json(value)) for name, value in values}
+    digests["retry_policy"] = keyed_field_digest(policy_json)
+    if schedule is not None:
+        digests["schedule"] = keyed_field_digest(canonical_json(schedule))
+    digests[ENCRYPTED_FIELD] = ENCRYPTED
+    return _around_payload(digests)
+
+
+def _around_payload(digests: dict[str, str]) -> _ConstantFields:
     names = sorted([*digests, "payload"])
     cut = names.index("payload")
     before = "".join(f"{name}={digests[name]};" for name in names[:cut])

@@ -163,6 +163,11 @@ class Job(models.Model):
         db_default=0, editable=False, help_text="Dependencies not yet satisfied; the step waits while it is above 0."
     )
     awaited = models.BooleanField(db_default=False, editable=False, help_text="A caller waits for its outcome.")
+    # Payload encryption at rest (decision 0024): NULL for a clear job; 16 random bytes when its
+    # payload, result, errors and checkpoints are envelopes (their associated data holds the salt).
+    cipher_salt = models.BinaryField(
+        null=True, blank=True, editable=False, help_text="Set when the job's values are encrypted (its salt)."
+    )
 
     class Meta:
         db_table = "workhorse_job"
@@ -172,6 +177,7 @@ class Job(models.Model):
             ("redrive_job", "Can redrive dead jobs"),
             ("purge_job", "Can purge queued jobs"),
             ("run_job_now", "Can run scheduled jobs now"),
+            ("view_encrypted", "Can view encrypted values"),
         ]
         indexes = [
             # Matches the claim order exactly: queue, priority DESC, run_at, id.

@@ -19,6 +19,7 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from django_workhorse.encryption.jobs import shown_error
 from django_workhorse.enqueueing.prepared import mode_name
 
 if TYPE_CHECKING:
@@ -203,8 +204,9 @@ def finished(span: Any, outcome: Outcome) -> None:
         if outcome.kind in OK_OUTCOMES:
             span.set_status(trace.Status(trace.StatusCode.OK))
         elif outcome.status != "succeeded":  # outcome.error is storable text already
-            span.set_status(trace.Status(trace.StatusCode.ERROR, outcome.error.partition("\n")[0] or outcome.status))
-        if outcome.exception is not None:
+            error = shown_error(outcome.error, outcome.job.cipher_salt)
+            span.set_status(trace.Status(trace.StatusCode.ERROR, error.partition("\n")[0] or outcome.status))
+        if outcome.exception is not None and outcome.job.cipher_salt is None:  # its message may quote the payload
             _record_exception(span, outcome.exception)
     except Exception:  # the span is the report, not the outcome: the outcome stands as decided
         logger.exception("Describing the attempt on its span failed id=%s", outcome.job.id)

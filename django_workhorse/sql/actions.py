@@ -40,13 +40,13 @@ jobs AS (
         id, job_type, queue, payload, status, priority, run_at, attempt, max_attempts,
         retry_policy, deadline, timeout, concurrency_key, concurrency_limit, tags, created_at, last_error, root_id,
         scheduled_for, trace_context, breaker_key, rate_limit, rate_partition, partition_key,
-        workflow_id, step_name)
+        workflow_id, step_name, cipher_salt)
     SELECT lineage.new_job_id, source.job_type, source.queue, source.payload, 'queued', source.priority,
            drawn.now, 0, source.max_attempts, source.retry_policy, NULL, source.timeout,
            source.concurrency_key, source.concurrency_limit, source.tags, drawn.now, '',
            coalesce(source.root_id, source.id), source.scheduled_for, source.trace_context,
            source.breaker_key, source.rate_limit, source.rate_partition, source.partition_key,
-           source.workflow_id, source.step_name
+           source.workflow_id, source.step_name, source.cipher_salt
     FROM lineage, source, drawn
     RETURNING id, queue, created_at, workflow_id
 ),

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from django_workhorse.conf import app_settings
+from django_workhorse.encryption.jobs import LAST_ERROR, RESULT, opened_json, opened_text
+from django_workhorse.enqueueing.key_lifetimes import TERMINAL_JOB_STATUSES
 from django_workhorse.sql.connection import decode_json, execute, run
 from django_workhorse.sql.keys import TERMINAL
 
@@ -55,7 +57,7 @@ RETURNING queue
 
 # read_job: what a wait needs of a job, by primary key.
 READ_JOB = """
-SELECT status, queue, result, last_error, step_name, awaited FROM workhorse_job WHERE id = %(job_id)s
+SELECT status, queue, result, last_error, step_name, awaited, cipher_salt FROM workhorse_job WHERE id = %(job_id)s
 """
 
 # clear_job: a finished job's result was read; stop keeping it for its waiters.
@@ -96,7 +98,7 @@ UPDATE workhorse_job AS job SET awaited = false FROM target WHERE job.id = targe
 # workflow_steps: the current job of each step (the latest of its lineage) with its result, through
 # workhorse_job_workflow_idx (workflow_id, step_name, id).
 WORKFLOW_STEPS = """
-SELECT DISTINCT ON (step_name) step_name, id, status, result, last_error
+SELECT DISTINCT ON (step_name) step_name, id, status, result, last_error, cipher_salt
 FROM workhorse_job
 WHERE workflow_id = %(workflow_id)s
 ORDER BY step_name, id DESC
@@ -127,8 +129,8 @@ def read_job(alias: str, job_id: int) -> JobResult | None:
     rows = execute(alias, READ_JOB, {"job_id": job_id})
     if not rows:
         return None
-    status, queue, result, last_error, step_name, awaited = rows[0]
-    return JobResult(job_id, status, queue, decode_json(result), last_error, step_name, awaited)
+    status, queue, result, last_error, step_name, awaited, salt = rows[0]
+    return _job_result(job_id, status, queue, result, last_error, step_name, awaited, salt)
 
 
 def clear_job(alias: str, job_id: int) -> None:
@@ -154,5 +156,18 @@ def clear_workflow(alias: str, workflow_id: int) -> None:
 def workflow_steps(alias: str, workflow_id: int) -> Sequence[JobResult]:
     """Run WORKFLOW_STEPS: each step's current job (its queue is not read: empty)."""
     rows = execute(alias, WORKFLOW_STEPS, {"workflow_id": workflow_id})
-    return [JobResult(job_id, status, "", decode_json(result), error, step, False)
-            for step, job_id, status, result, error in rows]  # fmt: skip
+    return [_job_result(job_id, status, "", result, error, step, False, salt)
+            for step, job_id, status, result, error, salt in rows]  # fmt: skip
+
+
+def _job_result(
+    job_id: int, status: str, queue: str, result: Any, error: str, step: str | None, awaited: bool, salt: Any
+) -> JobResult:
+    """A job as a wait reads it: an encrypted job's result and error opened (``DecryptionError`` if
+    they do not open), only once it has finished."""
+    result = decode_json(result)
+    if salt is not None and status in TERMINAL_JOB_STATUSES:
+        salt = bytes(salt)
+        result = opened_json(result, field=RESULT, salt=salt, job_id=job_id)
+        error = opened_text(error, field=LAST_ERROR, salt=salt, job_id=job_id)
+    return JobResult(job_id, status, queue, result, error, step, awaited)

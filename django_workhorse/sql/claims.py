@@ -66,7 +66,7 @@ BOUNDED_TRACE_CONTEXT = (
     f"left(job.trace_context->>'traceparent', {MAX_TRACEPARENT_CHARS}))) END"
 )
 # The columns of CLAIM's ``claimed`` answer (ClaimedJob's fields, bar claimed_at, plus the order columns).
-CLAIMED_COLUMNS = 23
+CLAIMED_COLUMNS = 24
 # A candidate's concurrency key has a free slot (see above), tried while scanning so that a key whose
 # slots are all taken never blocks the jobs behind it.
 FREE_CONCURRENCY_KEY = f"""CASE WHEN concurrency_key IS NULL THEN true
@@ -286,7 +286,7 @@ claimed AS (
               coalesce((SELECT half_opened FROM canary_jobs WHERE canary_jobs.id = job.id), false) AS half_opened,
               job.partition_key, job.rate_limit,
               greatest(extract(epoch FROM job.started_at - clock_timestamp()), 0)::float8 AS start_in,
-              job.workflow_id
+              job.workflow_id, job.cipher_salt
 ),
 events AS (
     INSERT INTO workhorse_job_event (job_id, kind, attempt, at, details)
@@ -516,6 +516,7 @@ class ClaimedJob:
     rate_limit: str | None = None  # the rate limit it started under, if any
     start_in: float = 0.0  # seconds from the claim to its start, when its rate limit admitted it ahead
     workflow_id: int | None = None  # the workflow it is a step of, if any
+    cipher_salt: bytes | None = None  # an encrypted job's salt (decision 0024); its payload is then an envelope
 
 
 # Two workers that pick the same free concurrency slot at once: the second claims again. Two claims
@@ -680,7 +681,7 @@ def _claimed(row: Sequence[Any], claimed_at: float) -> ClaimedJob:
         row[0], row[1], row[2], decode_json(row[3]), row[4], row[5], decode_json(row[6]), row[7], row[8], row[9],
         row[10], row[11], decode_json(row[12]), row[13], claimed_at, snoozes=row[16], breaker_key=row[17],
         half_opened=row[18], partition_key=row[19], rate_limit=row[20], start_in=row[21],
-        workflow_id=row[22],
+        workflow_id=row[22], cipher_salt=None if row[23] is None else bytes(row[23]),
     )  # fmt: skip
 
 

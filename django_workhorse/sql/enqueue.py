@@ -54,23 +54,29 @@ _MANY_UNKEYED_REQUESTS_CTE = "requests AS (SELECT {}, {} FROM jsonb_array_elemen
 )
 
 
-JOB_COLUMNS = (
+# The job columns before migration 0025 (cipher_salt), for the enqueue function that migration replaces
+# when it is reversed.
+UNSALTED_JOB_COLUMNS = (
     "id, job_type, queue, payload, status, priority, run_at, attempt, max_attempts, retry_policy, deadline, "
     "timeout, concurrency_key, concurrency_limit, tags, created_at, last_error, scheduled_for, trace_context, "
     "breaker_key, rate_limit, rate_partition, partition_key"
 )
+JOB_COLUMNS = UNSALTED_JOB_COLUMNS + ", cipher_salt"
 
 
-def job_values(value: Callable[[str], str], job_id: str, now: str, status: str = "'queued'") -> str:
-    """What a new job row holds, in JOB_COLUMNS order; ``value(name)`` reads a request column and
-    ``status`` is the SQL of its status (a workflow's steps with parents start ``waiting``)."""
+def job_values(
+    value: Callable[[str], str], job_id: str, now: str, status: str = "'queued'", *, cipher_salt: bool = True
+) -> str:
+    """What a new job row holds, in JOB_COLUMNS order (UNSALTED_JOB_COLUMNS without ``cipher_salt``);
+    ``value(name)`` reads a request column and ``status`` is the SQL of its status (a workflow's steps
+    with parents start ``waiting``)."""
     run_at = f"coalesce({value('run_at')}, {now} + coalesce({value('delay')}, interval '0'))"
     return (
         f"{job_id}, {value('job_type')}, {value('queue')}, {value('payload')}, {status}, {value('priority')}, "
         f"{run_at}, 0, {value('max_attempts')}, {value('retry_policy')}, {value('deadline')}, {value('timeout')}, "
         f"{value('concurrency_key')}, {value('concurrency_limit')}, {value('tags')}, {now}, '', "
         f"{value('scheduled_for')}, {value('trace_context')}, {value('breaker_key')}, {value('rate_limit')}, "
-        f"{value('rate_partition')}, {value('partition_key')}"
+        f"{value('rate_partition')}, {value('partition_key')}" + (f", {value('cipher_salt')}" if cipher_salt else "")
     )
 
 
@@ -176,23 +182,23 @@ def _from_request(name: str) -> str:
 
 
 # The key's binding and its job, one row each: the job is inserted only if the binding was.
-_BIND_ONE = f"""WITH bound AS (
+_BIND_ONE = """WITH bound AS (
         INSERT INTO workhorse_binding (
             scope, key_hash, key_preview, mode, request_digest, field_digests, job_id, created_at, expires_at)
-        VALUES (p_scope, p_key_hash, {_from_request("key_preview")}, {_from_request("mode")},
-                {_from_request("request_digest")}, {_from_request("field_digests")}, nextval('{JOB_ID_SEQUENCE}'),
-                statement_timestamp(), statement_timestamp() + {_from_request("lifetime")})
+        VALUES (p_scope, p_key_hash, {key_preview}, {mode},
+                {request_digest}, {field_digests}, nextval('{sequence}'),
+                statement_timestamp(), statement_timestamp() + {lifetime})
         ON CONFLICT (scope, key_hash) DO NOTHING
         RETURNING job_id
     ),
     jobs AS (
-        INSERT INTO workhorse_job ({JOB_COLUMNS})
-        SELECT {job_values(_from_request, "bound.job_id", "statement_timestamp()")} FROM bound
-        RETURNING id, {_NOTIFY_ONE.format(channel="p_channel")}
+        INSERT INTO workhorse_job ({job_columns})
+        SELECT {job_values} FROM bound
+        RETURNING id, {notify_one}
     )
     SELECT p_ordinal, id, true, NULL::text, NULL::bytea, NULL::jsonb, notified, NULL::text FROM jobs"""
 ENQUEUE_ONE_FUNCTION = "workhorse_enqueue_one"
-CREATE_ENQUEUE_ONE_FUNCTION = f"""
+_CREATE_ENQUEUE_ONE_FUNCTION = f"""
 CREATE OR REPLACE FUNCTION {ENQUEUE_ONE_FUNCTION}({", ".join(f"{name} {kind}" for name, kind in _FUNCTION_PARAMS)})
 RETURNS TABLE (ordinal int, job_id bigint, accepted boolean, mode text, request_digest bytea,
                field_digests jsonb, free boolean, state text)
@@ -206,13 +212,33 @@ BEGIN
         RETURN;
     END IF;
     v_request := p_request::jsonb;
-    RETURN QUERY {_BIND_ONE};
+    RETURN QUERY {{bind_one}};
     IF FOUND THEN
         RETURN;
     END IF;
     RETURN QUERY {_LOOKUP};
 END
 $function$"""
+
+
+def create_enqueue_one_function(*, cipher_salt: bool = True) -> str:
+    """The statement that creates (or replaces) ``workhorse_enqueue_one``; without ``cipher_salt`` its
+    body as before migration 0025 (which reverses to it)."""
+    bind_one = _BIND_ONE.format(
+        key_preview=_from_request("key_preview"),
+        mode=_from_request("mode"),
+        request_digest=_from_request("request_digest"),
+        field_digests=_from_request("field_digests"),
+        sequence=JOB_ID_SEQUENCE,
+        lifetime=_from_request("lifetime"),
+        job_columns=JOB_COLUMNS if cipher_salt else UNSALTED_JOB_COLUMNS,
+        job_values=job_values(_from_request, "bound.job_id", "statement_timestamp()", cipher_salt=cipher_salt),
+        notify_one=_NOTIFY_ONE.format(channel="p_channel"),
+    )
+    return _CREATE_ENQUEUE_ONE_FUNCTION.replace("{bind_one}", bind_one)
+
+
+CREATE_ENQUEUE_ONE_FUNCTION = create_enqueue_one_function()
 DROP_ENQUEUE_ONE_FUNCTION = (
     f"DROP FUNCTION IF EXISTS {ENQUEUE_ONE_FUNCTION}({', '.join(kind for _, kind in _FUNCTION_PARAMS)})"
 )
@@ -259,6 +285,7 @@ replaced AS (
         concurrency_key = requests.concurrency_key, concurrency_limit = requests.concurrency_limit,
         breaker_key = requests.breaker_key, rate_limit = requests.rate_limit,
         rate_partition = requests.rate_partition, partition_key = requests.partition_key,
+        cipher_salt = requests.cipher_salt,
         run_at = CASE WHEN %(reset)s THEN requests.now + %(window)s ELSE job.run_at END
     FROM requests
     WHERE job.id = %(seen_job_id)s AND job.status = 'queued' AND job.attempt = 0 AND job.run_at > requests.now
@@ -367,14 +394,15 @@ def replace_debounced(alias: str, ordinal: int, request: PreparedJob, seen_job_i
     return bool(execute(alias, REPLACE_DEBOUNCED, params))
 
 
-def install_functions(alias: str) -> None:
+def install_functions(alias: str, *, cipher_salt: bool = True) -> None:
     """Create (or replace with this version's body) the functions enqueue calls, on ``alias``.
 
     Migration 0011 creates them; every ``migrate`` replaces them with the installed code's body
-    (``post_migrate``), so a release that changes a body needs no migration of its own.
+    (``post_migrate``), so a release that changes a body needs no migration of its own. Without
+    ``cipher_salt`` (migration 0025 not applied) the body leaves that column alone.
     """
     with connections[alias].cursor() as cursor:
-        cursor.execute(CREATE_ENQUEUE_ONE_FUNCTION)
+        cursor.execute(create_enqueue_one_function(cipher_salt=cipher_salt))
 
 
 def find_bindings(alias: str, rows: Sequence[tuple[int, PreparedJob]]) -> dict[int, ExistingBinding]:

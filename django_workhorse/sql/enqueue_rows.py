@@ -21,7 +21,7 @@ REQUEST_COLUMNS = (
     ("key_preview", "text"), ("mode", "text"), ("request_digest", "bytea"),
     ("field_digests", "jsonb"), ("lifetime", "interval"), ("scheduled_for", "timestamptz"),
     ("trace_context", "jsonb"), ("breaker_key", "text"), ("rate_limit", "text"), ("rate_partition", "text"),
-    ("partition_key", "text"),
+    ("partition_key", "text"), ("cipher_salt", "bytea"),
 )  # fmt: skip
 COLUMNS = tuple(name for name, _ in REQUEST_COLUMNS)
 KINDS = dict(REQUEST_COLUMNS)
@@ -38,7 +38,7 @@ def request_values(ordinal: int, job: PreparedJob) -> tuple[Any, ...]:
         binding and binding.key_preview, binding and binding.mode.value, binding and binding.request_digest,
         binding and _json_digests(binding.field_digests), binding and binding.lifetime,
         job.scheduled_for, job.trace_context_json, job.breaker_key, job.rate_limit, job.rate_partition,
-        job.partition_key,
+        job.partition_key, job.cipher_salt,
     )  # fmt: skip
 
 
@@ -75,7 +75,7 @@ def json_unkeyed_row(ordinal: int, job: PreparedJob) -> str:
         f"{job.max_attempts},{job.retry_policy_json},{_json_time(job.deadline)},{_json_micros(job.timeout)},"
         f"{'null' if job.concurrency_key is None else quote(job.concurrency_key)},"
         f"{'null' if job.concurrency_limit is None else job.concurrency_limit},{_json_time(job.scheduled_for)},"
-        f"{job.trace_context_json or 'null'},{_admission_texts(job)}]"
+        f"{job.trace_context_json or 'null'},{_admission_texts(job)},{_json_salt(job.cipher_salt)}]"
     )
 
 
@@ -93,7 +93,10 @@ def json_row(ordinal: int, job: PreparedJob) -> str:
         f"{'null' if job.concurrency_key is None else quote(job.concurrency_key)},"
         f"{'null' if job.concurrency_limit is None else job.concurrency_limit},"
     )
-    tail = f",{_json_time(job.scheduled_for)},{job.trace_context_json or 'null'},{_admission_texts(job)}]"
+    tail = (
+        f",{_json_time(job.scheduled_for)},{job.trace_context_json or 'null'},{_admission_texts(job)},"
+        f"{_json_salt(job.cipher_salt)}]"
+    )
     if binding is None:
         return head + "null,null,null,null,null,null,null" + tail
     return (
@@ -125,6 +128,10 @@ def _admission_texts(job: PreparedJob) -> str:
 
 def _json_text(value: str | None) -> str:
     return "null" if value is None else _quote(value)
+
+
+def _json_salt(salt: bytes | None) -> str:
+    return "null" if salt is None else f'"{salt.hex()}"'
 
 
 def _json_time(value: datetime | None) -> str:

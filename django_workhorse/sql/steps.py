@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from django_workhorse.encryption.jobs import RESULT, opened_json
 from django_workhorse.sql.connection import execute
 
 # step_identity: a job's step name and its workflow's key hash (NULL when unkeyed), by primary keys.
@@ -23,7 +24,7 @@ WHERE job.id = %(job_id)s
 # step_result: the current job of one step of a workflow, its status and result
 # (workhorse_job_workflow_idx, read backwards). No row: the workflow has no such step.
 STEP_RESULT = """
-SELECT id, status, result::text FROM workhorse_job
+SELECT id, status, result::text, cipher_salt FROM workhorse_job
 WHERE workflow_id = %(workflow_id)s AND step_name = %(step_name)s
 ORDER BY id DESC
 LIMIT 1
@@ -36,11 +37,11 @@ LIMIT 1
 # dead parent on such an edge that a redrive since brought back gives its result.
 PARENT_RESULTS = """
 SELECT parent.step_name, current.status = 'succeeded', edge.allow_failure AND parent.status = 'dead',
-       current.result::text
+       current.result::text, current.id, current.cipher_salt
 FROM workhorse_job_dependency AS edge
 JOIN workhorse_job AS parent ON parent.id = edge.parent_id
 CROSS JOIN LATERAL (
-    SELECT latest.status, latest.result FROM workhorse_job AS latest
+    SELECT latest.id, latest.status, latest.result, latest.cipher_salt FROM workhorse_job AS latest
     WHERE latest.workflow_id = parent.workflow_id AND latest.step_name = parent.step_name
     ORDER BY latest.id DESC
     LIMIT 1
@@ -96,16 +97,21 @@ def step_result(alias: str, workflow_id: int, step_name: str) -> StepResult | No
     rows = execute(alias, STEP_RESULT, {"workflow_id": workflow_id, "step_name": step_name})
     if not rows:
         return None
-    job_id, status, result = rows[0]
-    return StepResult(job_id, status, _decoded(result))
+    job_id, status, result, salt = rows[0]
+    return StepResult(job_id, status, _decoded(result, salt, job_id))
 
 
 def parent_results(alias: str, job_id: int) -> list[ParentResult]:
-    """Run PARENT_RESULTS for the step job ``job_id``, parents by name."""
+    """Run PARENT_RESULTS for the step job ``job_id``, parents by name (an encrypted parent's result
+    opened: ``DecryptionError`` if it does not open)."""
     rows = execute(alias, PARENT_RESULTS, {"job_id": job_id})
-    return [ParentResult(name, succeeded, tolerated, _decoded(result)) for name, succeeded, tolerated, result in rows]
+    return [
+        ParentResult(name, succeeded, tolerated, _decoded(result, salt, parent_id))
+        for name, succeeded, tolerated, result, parent_id, salt in rows
+    ]
 
 
-def _decoded(text: str | None) -> Any:
+def _decoded(text: str | None, salt: Any, job_id: int) -> Any:
     # Results are read as text (whatever jsonb loader the connection has); SQL NULL is no result.
-    return None if text is None else json.loads(text)
+    value = None if text is None else json.loads(text)
+    return opened_json(value, field=RESULT, salt=None if salt is None else bytes(salt), job_id=job_id)

@@ -10,6 +10,7 @@ from typing import Any, Generic, ParamSpec, TypeVar
 from django_workhorse import conf
 from django_workhorse.admission.breakers import Breaker
 from django_workhorse.admission.rate_limits import check_name
+from django_workhorse.encryption.jobs import is_encrypted
 from django_workhorse.enqueueing.call_keys import call_key, checked_derived_key
 from django_workhorse.enqueueing.fingerprints import derived_key
 from django_workhorse.enqueueing.validation import MODE_OPTIONS, resolve_options
@@ -116,8 +117,9 @@ class Task(Generic[P, R]):
     ) -> EnqueueRequest:
         """Build the :class:`EnqueueRequest` that :meth:`apply_async` would submit, for ``enqueue_many``."""
         payload = bind_arguments(self.func, tuple(args), dict(kwargs or {}))
+        encrypted = options.get("encrypted", self.defaults.encrypted)
         key = call_key(
-            lambda: checked_derived_key(self.name, payload),
+            lambda: checked_derived_key(self.name, payload, encrypted=encrypted),
             unique_key=unique_key,
             idempotency_key=idempotency_key,
             idempotent=idempotent,
@@ -149,8 +151,12 @@ class Task(Generic[P, R]):
         return self.as_request(args, kwargs, idempotent=False, **options)
 
     def derived_key(self, *args: Any, **kwargs: Any) -> str:
-        """Return the key ``idempotent=True`` derives for this call (see docs/derived-keys.md)."""
-        return derived_key(self.name, bind_arguments(self.func, args, kwargs))
+        """Return the key ``idempotent=True`` derives for this call (see docs/derived-keys.md).
+
+        Keyed by ``WORKHORSE_ENCRYPTION``'s fingerprint key when the task's calls are encrypted.
+        """
+        encrypted = is_encrypted(self.defaults.encrypted)
+        return derived_key(self.name, bind_arguments(self.func, args, kwargs), encrypted=encrypted)
 
 
 def task(
@@ -169,6 +175,7 @@ def task(
     retry_on: type[BaseException] | Sequence[type[BaseException]] | None = None,
     breaker: Breaker | None = None,
     rate_limit: str | None = None,
+    encrypted: bool | None = None,
 ) -> Any:
     """Turn a function into a :class:`Task` (usable as ``@task`` or ``@task(queue=...)``).
 
@@ -190,6 +197,10 @@ def task(
 
     ``rate_limit="stripe"`` starts the task's jobs under that limit of ``WORKHORSE_RATE_LIMITS``
     unless a call names another (checked at enqueue); see docs/rate-limits.md.
+
+    ``encrypted=True`` encrypts the task's jobs (payload, result, errors, checkpoints) under
+    ``WORKHORSE_ENCRYPTION`` unless a call says ``encrypted=False``; None follows ``encrypt_all``
+    (decision 0024). Whether it is configured is checked at enqueue.
     """
     fail_classes = exception_classes(fail_on, "fail_on", TaskDefinitionError)
     retry_classes = None if retry_on is None else exception_classes(retry_on, "retry_on", TaskDefinitionError)
@@ -205,7 +216,7 @@ def task(
         check_name(rate_limit)
     defaults = EnqueueOptions(
         queue=queue, priority=priority, max_attempts=max_attempts, retry_policy=retry_policy, timeout=timeout,
-        rate_limit=rate_limit,
+        rate_limit=rate_limit, encrypted=encrypted,
     )  # fmt: skip
 
     def decorate(fn: Callable[..., Any]) -> Task[Any, Any]:

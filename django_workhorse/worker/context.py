@@ -15,6 +15,7 @@ from django_workhorse import conf, sql
 from django_workhorse.admission import recording as breakers
 from django_workhorse.admission.breakers import check_open_until
 from django_workhorse.conf import app_settings
+from django_workhorse.encryption.jobs import CHECKPOINT_PREFIX, opened_json, seal_value
 from django_workhorse.enqueueing.fingerprints import derived_step_key
 from django_workhorse.enqueueing.storable import check_json, check_text
 from django_workhorse.exceptions import (
@@ -84,7 +85,7 @@ class HandlerContext:
         """
         identity = self._step_identity
         if identity is not None and identity.key_hash is not None:
-            return derived_step_key(identity.key_hash, identity.step_name)
+            return derived_step_key(identity.key_hash, identity.step_name, encrypted=self._job.cipher_salt is not None)
         return f"workhorse-job-{self._job.root_id}"
 
     def idempotency_key_for(self, step: str = "") -> str:
@@ -212,16 +213,29 @@ class HandlerContext:
         check_text(name, "checkpoint name", max_chars=MAX_CHECKPOINT_NAME_CHARS, error=CheckpointNotStorableError)
         found, value = sql.claims.load_checkpoint(self._alias, self.job_id, name)
         if found:
-            return value  # type: ignore[no-any-return]
+            return self._opened_checkpoint(name, value)  # type: ignore[no-any-return]
         self.raise_if_cancelled()  # never start a stage's effect on a job this worker should drop
-        text = check_json(
-            fn(), f"checkpoint[{name!r}]", max_bytes=app_settings.MAX_RESULT_BYTES, error=CheckpointNotStorableError
-        )
-        if not sql.claims.save_checkpoint(self._alias, self._job, name, text):
+        where, limit = f"checkpoint[{name!r}]", app_settings.MAX_RESULT_BYTES
+        text = check_json(fn(), where, max_bytes=limit, error=CheckpointNotStorableError)
+        stored = text if self._job.cipher_salt is None else self._sealed_checkpoint(name, text, where, limit)
+        if not sql.claims.save_checkpoint(self._alias, self._job, name, stored):
             self.cancel()
             self.raise_if_cancelled()
         # Every attempt gets the stored (JSON) form, not the first attempt's Python objects.
         return json.loads(text)  # type: ignore[no-any-return]
+
+    def _opened_checkpoint(self, name: str, value: Any) -> Any:
+        """A stored checkpoint as the handler sees it: an encrypted job's opened (``DecryptionError`` if it does not)."""
+        return opened_json(value, field=CHECKPOINT_PREFIX + name, salt=self._job.cipher_salt, job_id=self.job_id)
+
+    def _sealed_checkpoint(self, name: str, text: str, where: str, limit: int) -> str:
+        """The JSON string of a checkpoint's envelope, checked against the result bound (what is stored)."""
+        assert self._job.cipher_salt is not None
+        stored = f'"{seal_value(text, field=CHECKPOINT_PREFIX + name, salt=self._job.cipher_salt)}"'
+        if len(stored) > limit:
+            bound = f"at most {limit} bytes serialized"
+            raise CheckpointNotStorableError(field=where, bound=bound, value=f"{len(stored)} bytes once encrypted")
+        return stored
 
     @property
     def breaker_key(self) -> str | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 import traceback
@@ -14,9 +15,19 @@ from django.db import transaction
 
 from django_workhorse import sql
 from django_workhorse.conf import app_settings
+from django_workhorse.encryption.jobs import (
+    EVENT_ERROR,
+    LAST_ERROR,
+    PAYLOAD,
+    RESULT,
+    open_value,
+    seal_value,
+    shown_error,
+)
 from django_workhorse.enqueueing.storable import check_json, storable_text
 from django_workhorse.exceptions import (
     AttemptTimeoutError,
+    DecryptionError,
     HandlerNotRegisteredError,
     JobCancelledError,
     LeaseLostError,
@@ -93,8 +104,12 @@ def _execute(job: sql.claims.ClaimedJob, context: HandlerContext, started: Calla
     except HandlerNotRegisteredError:
         return given_back(job)
     try:
+        payload = opened_payload(job)
+    except DecryptionError as exc:  # fail closed: this attempt fails, readably, and the worker goes on
+        return _failure(job, brief(exc), exception=exc)
+    try:
         with current.running(job.id):
-            value = handler.call(job.payload, context)
+            value = handler.call(payload, context)
     except LeaseLostError:
         logger.warning("Lease lost id=%s attempt=%s", job.id, job.attempt, extra=job_fields(job))
         return Outcome(job, "lost")
@@ -116,12 +131,35 @@ def _execute(job: sql.claims.ClaimedJob, context: HandlerContext, started: Calla
         return _failure(job, error, exception_class=_class_path(AttemptTimeoutError))
     try:
         result_json = check_json(value, "result", max_bytes=app_settings.MAX_RESULT_BYTES, error=ResultNotStorableError)
+        if job.cipher_salt is not None:
+            result_json = _sealed_result(job, result_json, app_settings.MAX_RESULT_BYTES)
     except ResultNotStorableError as exc:
         return _failure(job, f"ResultNotStorable: {safe_str(exc)}", exception=exc)
     except Exception as exc:  # a value whose serialization itself misbehaves (a failing __str__, ...)
         error = f"ResultNotStorable: result could not be serialized: {brief(exc)}"
         return _failure(job, error, exception=exc, exception_class=_class_path(ResultNotStorableError))
     return Outcome(job, "succeeded", result_json=result_json, events=(("succeeded", {}),))
+
+
+def opened_payload(job: sql.claims.ClaimedJob) -> Any:
+    """Return ``job``'s payload for its handler: an encrypted job's envelope opened and parsed.
+
+    Raise ``DecryptionError`` (naming the job, the field and the key id) if it does not open.
+    """
+    if job.cipher_salt is None:
+        return job.payload
+    envelope = job.payload if isinstance(job.payload, str) else ""  # even a null payload is sealed
+    return json.loads(open_value(envelope, field=PAYLOAD, salt=job.cipher_salt, job_id=job.id))
+
+
+def _sealed_result(job: sql.claims.ClaimedJob, result_json: str, max_bytes: int) -> str:
+    """The JSON string of the result's envelope, checked against the result bound (what is stored)."""
+    assert job.cipher_salt is not None
+    stored = f'"{seal_value(result_json, field=RESULT, salt=job.cipher_salt)}"'  # an envelope needs no escaping
+    if len(stored) > max_bytes:
+        bound = f"at most {max_bytes} bytes serialized"
+        raise ResultNotStorableError(field="result", bound=bound, value=f"{len(stored)} bytes once encrypted")
+    return stored
 
 
 def failure(job: sql.claims.ClaimedJob, exc: BaseException, handler: Handler | None = None) -> Outcome:
@@ -186,9 +224,38 @@ def unwritable(outcome: Outcome, error: BaseException) -> Outcome:
 
 
 def storable(outcome: Outcome) -> Outcome:
-    """Return ``outcome`` with its error and event details in a form PostgreSQL can store."""
-    events = tuple((storable_text(kind), _storable_details(details)) for kind, details in outcome.events)
-    return replace(outcome, error=storable_text(outcome.error, MAX_ERROR_CHARS), events=events)
+    """Return ``outcome`` with its error and event details in a form PostgreSQL can store: an
+    encrypted job's error sealed (decision 0024), so an error cannot leak the payload it failed on."""
+    job = outcome.job
+    events = tuple(
+        (storable_text(kind), _sealed_details(job, _storable_details(details))) for kind, details in outcome.events
+    )
+    error = _sealed_text(job, storable_text(outcome.error, MAX_ERROR_CHARS), LAST_ERROR)
+    return replace(outcome, error=error, events=events)
+
+
+# The event details of an encrypted job that hold the handler's text (an error, a Cancel's or a
+# Fail's reason): sealed for ``event.<name>``, as its last_error is.
+SEALED_DETAILS = frozenset({EVENT_ERROR.removeprefix("event."), "reason"})
+
+
+def _sealed_details(job: sql.claims.ClaimedJob, details: dict[str, Any]) -> dict[str, Any]:
+    if job.cipher_salt is None:
+        return details
+    return {
+        name: _sealed_text(job, value, f"event.{name}") if name in SEALED_DETAILS and isinstance(value, str) else value
+        for name, value in details.items()
+    }
+
+
+def _sealed_text(job: sql.claims.ClaimedJob, text: str, field: str) -> str:
+    """``text`` sealed for ``field`` of an encrypted ``job``; a clear job's (or an empty) text as it is."""
+    if job.cipher_salt is None or not text:
+        return text
+    try:
+        return seal_value(text, field=field, salt=job.cipher_salt)
+    except Exception as exc:  # no key to seal with here: say so, and never store the text in clear
+        return f"EncryptionError: the {field} of this encrypted job could not be sealed ({type(exc).__name__})"
 
 
 def record(alias: str, outcomes: Sequence[Outcome]) -> list[str]:
@@ -234,7 +301,7 @@ def _log_finished(outcome: Outcome, status: str) -> None:
     if outcome.kind == "given_back":
         return  # logged when it was given back
     if status == "queued" and outcome.run_at is not None:
-        error = error_head(outcome.error)
+        error = error_head(shown_error(outcome.error, job.cipher_salt))
         logger.warning(
             "Job failed, will retry id=%s type=%s attempt=%s/%s next run_at=%s error=%s",
             job.id,
@@ -246,7 +313,7 @@ def _log_finished(outcome: Outcome, status: str) -> None:
             extra={**fields, "run_at": outcome.run_at.isoformat(), "error": error},
         )
     elif status == "dead":
-        error = error_head(outcome.error)
+        error = error_head(shown_error(outcome.error, job.cipher_salt))
         logger.error(
             "Job failed, dead id=%s type=%s attempt=%s/%s no more attempts error=%s"
             if outcome.kind != "failed"

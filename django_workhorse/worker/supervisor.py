@@ -389,6 +389,7 @@ class Supervisor:
             claimed = sql.claims.ClaimedJob(
                 job.id, job.job_type, job.queue, job.payload, job.attempt, job.max_attempts, job.retry_policy,
                 job.deadline, job.timeout, job.lease_token, job.root_id or job.id, workflow_id=job.workflow_id,
+                cipher_salt=None if job.cipher_salt is None else bytes(job.cipher_salt),
             )  # fmt: skip
             error = AttemptTimeoutError(
                 f"the attempt ran past its timeout of {job.timeout} and a grace of {self.timeout_grace:g} s: "
