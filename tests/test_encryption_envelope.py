@@ -11,7 +11,15 @@ from django.test import override_settings
 from hypothesis import given
 from hypothesis import strategies as st
 
-from django_workhorse.encryption import describe, envelope_key_id, is_envelope, seal, unseal
+from django_workhorse.encryption import (
+    describe,
+    described,
+    described_head,
+    envelope_key_id,
+    is_envelope,
+    seal,
+    unseal,
+)
 from django_workhorse.exceptions import DecryptionError, EncryptionNotConfiguredError
 from tests.encryption import ACTIVE, assert_shows_no_key, encryption_setting, new_key
 
@@ -223,6 +231,24 @@ def test_any_bytes_round_trip_under_any_associated_data(plaintext, associated_da
         envelope = seal(plaintext, associated_data=associated_data)
         assert unseal(envelope, associated_data=associated_data, what=WHAT) == plaintext
         assert describe(envelope) == f"encrypted ({len(plaintext)} bytes, key {ACTIVE})"
+
+
+@given(plaintext=st.binary(max_size=4096), cut=st.integers(min_value=0, max_value=6000))
+def test_an_envelope_is_described_alike_whole_or_from_its_start_and_length(plaintext, cut):
+    with override_settings(WORKHORSE_ENCRYPTION=SETTING):
+        envelope = seal(plaintext, associated_data=AD)
+    head = envelope[: max(cut, len(f"wh1:{ACTIVE}:"))]
+    assert described(envelope) == described_head(head, len(envelope)) == describe(envelope)
+
+
+@pytest.mark.parametrize("value", [None, 17, "", "wh1:", "wh1:2026-12:", "wh1:2026-12:AAAA", "wh2:k:AAAA", "plain"])
+def test_described_never_raises_and_shows_nothing_of_what_is_no_envelope(value):
+    assert described(value) == "encrypted (not a readable envelope)"
+
+
+@pytest.mark.parametrize("head", ["", "plain text", "wh1:", "wh1:not a key id:AAAA", "wh2:2026-12:AAAA"])
+def test_a_head_without_an_envelopes_header_is_described_as_no_envelope(head):
+    assert described_head(head, 4000) == "encrypted (not a readable envelope)"
 
 
 @given(plaintext=st.binary(max_size=64), position=st.integers(min_value=0), replacement=st.integers(0, 255))

@@ -20,11 +20,15 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 from django.utils.text import Truncator
 
+from django_workhorse.encryption import described_head
+from django_workhorse.encryption.jobs import is_sealed_text
 from django_workhorse.models import Job
 from django_workhorse.tasks.retry import RetryPolicy
 
 # Payloads and results are shown pretty-printed up to this many characters, then cut.
 JSON_DISPLAY_CHARS = 20_000
+# A job's checkpoints are shown pretty-printed up to this many characters each.
+CHECKPOINT_DISPLAY_CHARS = 2000
 ERROR_SUMMARY_CHARS = 120
 # One format for every instant the admin shows: to the second, in UTC.
 INSTANT_FORMAT = "%Y-%m-%d %H:%M:%S"
@@ -52,9 +56,13 @@ def error_summary(error: str) -> str:
 
 
 def error_head(job: Job) -> str:
-    """The start of a job's error as a list loaded it (``error_head``), else the whole error."""
+    """The start of a job's error as a list loaded it (``error_head``), else the whole error; an
+    encrypted job's sealed error described ("encrypted (N bytes, key K)"), to every user."""
     head = getattr(job, "error_head", None)
-    return job.last_error if head is None else str(head)
+    error = job.last_error if head is None else str(head)
+    if job.cipher_salt is None or not is_sealed_text(error):
+        return error
+    return described_head(error, getattr(job, "error_chars", None) or len(error))
 
 
 def event_details(details: Any) -> list[tuple[str, str]]:

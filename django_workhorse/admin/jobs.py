@@ -14,12 +14,12 @@ from typing import Any
 
 from django.contrib import admin, messages
 from django.db.models import Exists, OuterRef, Q, QuerySet, Subquery
-from django.db.models.functions import Left
 from django.http import HttpRequest, HttpResponse
 from django.urls import URLPattern, path
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
+from django_workhorse.encryption.jobs import CHECKPOINT_PREFIX, LAST_ERROR, PAYLOAD, RESULT
 from django_workhorse.exceptions import WorkhorseError
 from django_workhorse.models import (
     Checkpoint,
@@ -40,16 +40,17 @@ from .breakers import held_line, rate_held_line
 from .confirmation import Preview, confirm, confirmed_request_id, job_rows
 from .dashboard import dashboard_view
 from .display import (
+    CHECKPOINT_DISPLAY_CHARS,
+    JSON_DISPLAY_CHARS,
     cut,
     error_head,
     error_line,
-    event_details,
     instant_cell,
     instant_field,
-    pretty_json,
     retry_policy_words,
     stacked,
 )
+from .encrypted import encrypted_values, log_if_viewed
 from .states import FAILING, failing_q, is_failing
 
 RECENT_TAGS_SCAN = 1000
@@ -176,9 +177,7 @@ class JobAdmin(ReadOnlyAdmin):
 
     def list_rows(self, queryset: QuerySet[Any]) -> QuerySet[Any]:
         """Everything but the large values: payload and result stay unread, the error is read cut."""
-        return queryset.defer("payload", "result", "last_error").annotate(
-            error_head=Left("last_error", stats.ERROR_HEAD_CHARS)
-        )
+        return queryset.defer("payload", "result", "last_error").annotate(**stats.error_fields())
 
     def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
         folded = [(name, {"fields": fields, "classes": ["collapse"]}) for name, fields in FOLDED_FIELDSETS]
@@ -246,7 +245,8 @@ class JobAdmin(ReadOnlyAdmin):
 
     @admin.display(description="last error")
     def error_text(self, obj: Job) -> SafeString | str:
-        return format_html('<pre class="workhorse-traceback">{}</pre>', obj.last_error) if obj.last_error else "—"
+        error = getattr(obj, "shown_error", obj.last_error)  # as ``get_object`` shows it to the request's user
+        return format_html('<pre class="workhorse-traceback">{}</pre>', error) if error else "—"
 
     @admin.display(description="retry policy")
     def retry(self, obj: Job) -> str:
@@ -320,6 +320,15 @@ class JobAdmin(ReadOnlyAdmin):
 
     # -- detail page and dashboard -----------------------------------------------------------
 
+    def get_object(self, request: HttpRequest, object_id: str, from_field: str | None = None) -> Any:
+        job = super().get_object(request, object_id, from_field)
+        if job is not None:
+            salt = None if job.cipher_salt is None else bytes(job.cipher_salt)
+            values = encrypted_values(request)
+            values.shown = job
+            job.shown_error = values.job_text(job.last_error, field=LAST_ERROR, salt=salt, job_id=job.pk)
+        return job
+
     def change_view(
         self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
@@ -332,11 +341,20 @@ class JobAdmin(ReadOnlyAdmin):
             if not history or history[0].kind != EventKind.ENQUEUED:  # stored only before decision 0013
                 details = {"redriven_from": redriven_from.source_id} if redriven_from else None
                 history.insert(0, job.enqueued_event(details))
+            salt = None if job.cipher_salt is None else bytes(job.cipher_salt)
+            values = encrypted_values(request)
+
+            def shown(stored: Any, field: str, limit: int = JSON_DISPLAY_CHARS) -> str:
+                return values.job_json(stored, field=field, salt=salt, job_id=job.pk, limit=limit)
+
+            checkpoints = Checkpoint.objects.filter(job=job)
             context.update(
-                payload_json=pretty_json(job.payload),
-                result_json=None if job.result is None else pretty_json(job.result),
-                events=[(event, event_details(event.details)) for event in history],
-                checkpoints=[(c, pretty_json(c.value, 2000)) for c in Checkpoint.objects.filter(job=job)],
+                payload_json=shown(job.payload, PAYLOAD),
+                result_json=None if job.result is None else shown(job.result, RESULT),
+                events=[(event, values.event_details(event.details, salt=salt, job_id=job.pk)) for event in history],
+                checkpoints=[
+                    (c, shown(c.value, CHECKPOINT_PREFIX + c.name, CHECKPOINT_DISPLAY_CHARS)) for c in checkpoints
+                ],
                 redriven_from=redriven_from,
                 redriven_to=list(Redrive.objects.filter(source=job).order_by("id")),
                 binding=binding,
@@ -344,7 +362,9 @@ class JobAdmin(ReadOnlyAdmin):
                 # A pause touches no job, so it is no event of the timeline: its header says it.
                 queue_paused=QueueState.objects.filter(pk=job.queue, paused=True).first(),
             )
-        return super().change_view(request, object_id, form_url, context)
+        response = super().change_view(request, object_id, form_url, context)
+        log_if_viewed(self, request, response)
+        return response
 
     def get_urls(self) -> list[URLPattern]:
         dashboard = path("dashboard/", self.admin_site.admin_view(self.dashboard_view), name="workhorse_dashboard")

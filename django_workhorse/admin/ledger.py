@@ -1,7 +1,8 @@
 """The effect ledger: ``once()`` effects and ``@idempotent`` views' records, read-only; release.
 
 Raw keys are never shown nor stored: an entry shows its scope, owner, key preview and digest, and
-for an HTTP record the stored status; releasing an entry lets its key run again.
+for an HTTP record the stored status and the body's size (never the body); releasing an entry lets
+its key run again. A sealed ``once()`` result is described or opened as ``encrypted`` says.
 """
 
 from __future__ import annotations
@@ -14,13 +15,17 @@ from django.db.models.functions import Now
 from django.http import HttpRequest, HttpResponse
 from django.utils.safestring import SafeString
 
+from django_workhorse.effects.ledger import result_associated_data
+from django_workhorse.encryption import sealed_json
+from django_workhorse.enqueueing.fingerprints import key_digest
 from django_workhorse.models import EffectRecord
 from django_workhorse.operations.actions import release_effects
 
 from .base import ReadOnlyAdmin, YesNoFilter, has_permission
 from .bindings import digest_prefix_filter
 from .confirmation import Preview, confirm, confirmed_request_id
-from .display import cut, instant_cell, instant_field, pretty_json, stacked
+from .display import JSON_DISPLAY_CHARS, cut, instant_cell, instant_field, pretty_json, stacked
+from .encrypted import encrypted_values, log_if_viewed
 
 LEDGER_FIELDS = (
     "kind",
@@ -81,6 +86,28 @@ class LedgerAdmin(ReadOnlyAdmin):
         size = Func(F("response_body"), function="octet_length", output_field=IntegerField())
         return super().get_queryset(request).defer("response_body").annotate(is_live=live, body_size=size)
 
+    def get_object(self, request: HttpRequest, object_id: str, from_field: str | None = None) -> Any:
+        entry = super().get_object(request, object_id, from_field)
+        if entry is not None and entry.kind == "effect" and sealed_json.is_sealed(entry.result):
+            hashed = bytes(entry.key_hash)
+            what = f"the once() result {entry.key_preview} [{key_digest(hashed)}] in scope {entry.scope!r}"
+            values = encrypted_values(request)
+            values.shown = entry
+            entry.shown_result = values.effect_json(
+                entry.result,
+                associated_data=result_associated_data(entry.scope, hashed),
+                what=what,
+                limit=JSON_DISPLAY_CHARS,
+            )
+        return entry
+
+    def change_view(
+        self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        response = super().change_view(request, object_id, form_url, extra_context)
+        log_if_viewed(self, request, response)
+        return response
+
     def has_release_permission(self, request: HttpRequest) -> bool:
         return has_permission(request, "release_effect")
 
@@ -121,12 +148,20 @@ class LedgerAdmin(ReadOnlyAdmin):
 
     @admin.display(description="result")
     def stored_result(self, obj: EffectRecord) -> str:
-        return pretty_json(obj.result) if obj.kind == "effect" else "—"
+        if obj.kind != "effect":
+            return "—"
+        return getattr(obj, "shown_result", None) or pretty_json(obj.result)  # ``get_object`` shows a sealed one
 
     @admin.display(description="response body")
     def response_size(self, obj: Any) -> str:
         size = getattr(obj, "body_size", None)
-        return "—" if size is None else f"{size} bytes (not shown)"
+        if size is None:
+            return "—"
+        return (
+            f"{size} bytes, encrypted (not shown)"
+            if sealed_json.is_sealed(obj.response_headers)
+            else f"{size} bytes (not shown)"
+        )
 
     @admin.display(description="live", boolean=True)
     def live(self, obj: Any) -> bool:

@@ -5,7 +5,15 @@
 
 from __future__ import annotations
 
-from django_workhorse.encryption.envelope import describe, envelope_key_id, is_envelope, seal, unseal
+from django_workhorse.encryption.envelope import (
+    describe,
+    described,
+    described_head,
+    envelope_key_id,
+    is_envelope,
+    seal,
+    unseal,
+)
 from django_workhorse.encryption.keys import (
     active_key_id,
     encrypted_scopes,
@@ -17,6 +25,8 @@ from django_workhorse.encryption.keys import (
 __all__ = [
     "active_key_id",
     "describe",
+    "described",
+    "described_head",
     "encrypted_scopes",
     "encrypts_all",
     "envelope_key_id",

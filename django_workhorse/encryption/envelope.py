@@ -75,8 +75,31 @@ def describe(envelope: str, *, what: str = "the value") -> str:
     AES-GCM does not hide the size, so this shows nothing the stored value does not. Raise
     ``DecryptionError`` if it is not an envelope.
     """
-    key_id, data = _parse(envelope, what=what)
+    _parse(envelope, what=what)
+    return described(envelope)
+
+
+def described(value: object) -> str:
+    """Describe a stored value that should be an envelope, never raising: ``describe``'s text, or
+    ``encrypted (not a readable envelope)`` for anything else (which is then not shown either)."""
+    parts = _split(value)
+    if parts is None:
+        return "encrypted (not a readable envelope)"
+    key_id, data = parts
     return f"encrypted ({len(data) - NONCE_BYTES - TAG_BYTES} bytes, key {key_id})"
+
+
+def described_head(head: str, length: int) -> str:
+    """Describe an envelope from its first characters (``head``, its header at least) and its length
+    in characters, never raising: for a listing that reads only the start of a long value."""
+    if len(head) >= length:
+        return described(head)
+    version, _, rest = head.partition(":")
+    key_id, colon, _ = rest.partition(":")
+    if version != FORMAT or not colon or not is_key_id(key_id):
+        return described(None)
+    data_bytes = (length - len(f"{FORMAT}:{key_id}:")) * 3 // 4
+    return f"encrypted ({data_bytes - NONCE_BYTES - TAG_BYTES} bytes, key {key_id})"
 
 
 def _parse(envelope: object, *, what: str) -> tuple[str, bytes]:

@@ -11,7 +11,7 @@ import json
 import os
 from typing import Any
 
-from django_workhorse.encryption.envelope import is_envelope, seal, unseal
+from django_workhorse.encryption.envelope import FORMAT, is_envelope, seal, unseal
 from django_workhorse.encryption.keys import encrypts_all, is_configured
 from django_workhorse.exceptions import EncryptionNotConfiguredError
 
@@ -20,6 +20,10 @@ PAYLOAD = "payload"
 RESULT = "result"
 LAST_ERROR = "last_error"
 EVENT_ERROR = "event.error"
+EVENT_REASON = "event.reason"
+# The event details of an encrypted job that hold the handler's text (an error, a Cancel's or a
+# Fail's reason): sealed for ``event.<name>``, as its last_error is.
+SEALED_EVENT_DETAILS = frozenset(field.removeprefix("event.") for field in (EVENT_ERROR, EVENT_REASON))
 CHECKPOINT_PREFIX = "checkpoint:"
 _DOMAIN = b"workhorse.job\x1f"
 
@@ -83,6 +87,12 @@ def opened_text(stored: str, *, field: str, salt: bytes | None, job_id: int | No
     if salt is None or not is_envelope(stored):
         return stored
     return open_value(stored, field=field, salt=salt, job_id=job_id)
+
+
+def is_sealed_text(stored: str) -> bool:
+    """Whether an encrypted job's stored text is sealed: an envelope, or a damaged one (it starts
+    with the format's prefix, which no text the library writes in clear does)."""
+    return stored.startswith(f"{FORMAT}:")
 
 
 def shown_error(error: str, salt: bytes | None) -> str:

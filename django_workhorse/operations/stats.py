@@ -12,7 +12,7 @@ from typing import Any
 
 from django.db import router
 from django.db.models import Count, DateTimeField, Min, Q, QuerySet, Value
-from django.db.models.functions import Left, TruncMinute
+from django.db.models.functions import Left, Length, TruncMinute
 from django.utils import timezone
 
 from django_workhorse.conf import app_settings
@@ -172,14 +172,21 @@ def throughput(
     )
 
 
+def error_fields() -> dict[str, Any]:
+    """What a listing reads of a job's error: its first ``ERROR_HEAD_CHARS`` characters
+    (``error_head``) and its length (``error_chars``, with which an encrypted job's error, cut, is
+    still described whole)."""
+    return {"error_head": Left("last_error", ERROR_HEAD_CHARS), "error_chars": Length("last_error")}
+
+
 def recent_failures(*, using: str | None = None, limit: int = 10) -> list[Job]:
     """Return the most recently finished dead jobs, newest first.
 
     Payload, result and error are not loaded; ``error_head`` holds the error's first
-    ``ERROR_HEAD_CHARS`` characters.
+    ``ERROR_HEAD_CHARS`` characters, ``error_chars`` its length.
     """
     dead = _jobs(using).filter(status=JobStatus.DEAD).defer("payload", "result", "last_error")
-    return list(dead.annotate(error_head=Left("last_error", ERROR_HEAD_CHARS)).order_by("-finished_at", "-id")[:limit])
+    return list(dead.annotate(**error_fields()).order_by("-finished_at", "-id")[:limit])
 
 
 def failing_jobs_by_queue(*, using: str | None = None) -> dict[str, int]:

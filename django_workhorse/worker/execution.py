@@ -16,10 +16,10 @@ from django.db import transaction
 from django_workhorse import sql
 from django_workhorse.conf import app_settings
 from django_workhorse.encryption.jobs import (
-    EVENT_ERROR,
     LAST_ERROR,
     PAYLOAD,
     RESULT,
+    SEALED_EVENT_DETAILS,
     open_value,
     seal_value,
     shown_error,
@@ -234,16 +234,13 @@ def storable(outcome: Outcome) -> Outcome:
     return replace(outcome, error=error, events=events)
 
 
-# The event details of an encrypted job that hold the handler's text (an error, a Cancel's or a
-# Fail's reason): sealed for ``event.<name>``, as its last_error is.
-SEALED_DETAILS = frozenset({EVENT_ERROR.removeprefix("event."), "reason"})
-
-
 def _sealed_details(job: sql.claims.ClaimedJob, details: dict[str, Any]) -> dict[str, Any]:
     if job.cipher_salt is None:
         return details
     return {
-        name: _sealed_text(job, value, f"event.{name}") if name in SEALED_DETAILS and isinstance(value, str) else value
+        name: _sealed_text(job, value, f"event.{name}")
+        if name in SEALED_EVENT_DETAILS and isinstance(value, str)
+        else value
         for name, value in details.items()
     }
 
