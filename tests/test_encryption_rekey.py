@@ -117,6 +117,9 @@ def test_ten_thousand_jobs_are_rekeyed_while_a_worker_runs_them_and_run_once_the
     with override_settings(WORKHORSE_ENCRYPTION=BEFORE):
         ids = enqueue_jobs(10_000)
         run_worker(max_jobs=1000, concurrency=8, batch=50)  # results, errors and checkpoints under the old key
+    with override_settings(WORKHORSE_ENCRYPTION=AFTER):  # the old key removed too early
+        (warning,) = check_encryption_keys_needed(databases=["default"])
+        assert f"key id(s) '{OLD}'" in warning.msg
     with override_settings(WORKHORSE_ENCRYPTION=ROTATING):
         with running(make_worker(concurrency=8, batch=50)) as handle:
             wait_for(lambda: Job.objects.filter(status=JobStatus.SUCCEEDED).count() >= 1500, 60)
@@ -368,6 +371,11 @@ def test_the_check_is_silent_without_encrypted_values_and_with_a_malformed_setti
 @pytest.mark.parametrize("text", ["1", "10000"])
 def test_batch_takes_its_bounds(text):
     assert batch_size(text) == int(text)
+    with override_settings(WORKHORSE_ENCRYPTION=BEFORE):
+        enqueue_jobs(3)
+    with override_settings(WORKHORSE_ENCRYPTION=ROTATING):
+        status, out, _ = rekey("--batch", text)
+    assert status == 0 and summary(out)["workhorse_job"].startswith("3 re-encrypted")
 
 
 @pytest.mark.parametrize("text", ["0", "10001", "x"])
