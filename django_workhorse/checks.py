@@ -1,5 +1,6 @@
 """System checks: PostgreSQL only, settings within their bounds, valid schedules, prepared
-statements only where the connection keeps them, and (``check --deploy``) no test-only setting.
+statements only where the connection keeps them, no stored value sealed under a key that is no
+longer configured, and (``check --deploy``) no test-only setting.
 
 Settings are read through ``conf.app_settings``, so a check sees the same value, default included,
 as the code that uses it.
@@ -16,7 +17,7 @@ from typing import Any
 from django.apps import AppConfig
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
-from django.db import connections
+from django.db import ProgrammingError, connections, transaction
 
 from django_workhorse import conf, sql
 from django_workhorse.admission import rate_limits
@@ -361,6 +362,58 @@ def check_prepared_statements(
                 )
             )
     return warnings
+
+
+# At most this many values under unconfigured key ids are counted per table (workhorse.W005).
+UNKNOWN_KEY_COUNT_CAP = 100
+
+
+@register(Tags.database)
+def check_encryption_keys_needed(
+    app_configs: Sequence[AppConfig] | None = None, databases: Sequence[str] | None = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """Warn while stored values are sealed under a key id that WORKHORSE_ENCRYPTION no longer
+    configures (workhorse.W005): they cannot be opened. Runs where Django runs database checks.
+
+    One statement per table, counting up to ``UNKNOWN_KEY_COUNT_CAP`` such values (it stops there; a
+    table with none is read once). Names the key ids and the count, never a key. A database whose
+    tables are not migrated yet is not checked.
+    """
+    setting = _configured("ENCRYPTION")
+    if encryption_problems(setting):
+        return []  # E014..E022 say what is wrong
+    configured = sorted(setting["keys"]) if isinstance(setting, dict) else []
+    warnings: list[CheckMessage] = []
+    for alias in databases or []:
+        found = _unknown_key_ids(alias, configured) if connections[alias].vendor == "postgresql" else {}
+        if found:
+            warnings.append(_unknown_keys_warning(alias, found))
+    return warnings
+
+
+def _unknown_key_ids(alias: str, configured: list[str]) -> dict[str, int]:
+    found: dict[str, int] = {}
+    try:
+        with transaction.atomic(using=alias):  # a failed read (tables not migrated) rolls back alone
+            for table in sql.rekey.TABLES:
+                counts = sql.rekey.unknown_key_ids(alias, table, configured=configured, cap=UNKNOWN_KEY_COUNT_CAP)
+                for key_id, count in counts.items():
+                    found[key_id] = found.get(key_id, 0) + count
+    except ProgrammingError:  # undefined table or column: not migrated yet
+        return {}
+    return found
+
+
+def _unknown_keys_warning(alias: str, found: dict[str, int]) -> CheckMessage:
+    ids = ", ".join(repr(key_id) for key_id in sorted(found))
+    total = sum(found.values())
+    return Warning(
+        f'Database {alias!r} holds values sealed under key id(s) {ids} that WORKHORSE_ENCRYPTION["keys"] does not '
+        f"configure (at least {total}): they cannot be decrypted.",
+        hint='Put the key back among WORKHORSE_ENCRYPTION["keys"] (not as the active one), run '
+        "manage.py workhorse_rekey, and remove the key once this warning is gone.",
+        id="workhorse.W005",
+    )
 
 
 @register(deploy=True)

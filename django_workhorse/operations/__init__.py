@@ -1,1 +1,1 @@
-"""Operator actions (cancel, purge, redrive), maintenance and statistics."""
+"""Operator actions (cancel, purge, redrive), maintenance, statistics and key rotation."""
