@@ -40,6 +40,20 @@ class WorkerProcess:
     def output(self) -> str:
         return self.log.read_text()
 
+    def terminate(self, timeout: float = 60) -> None:
+        """SIGTERM this worker once it has registered, or exited. It installs its signal handling
+        before it registers; a SIGTERM while it is still starting (importing Django, on a loaded
+        machine for seconds) ends it with -15 instead of a drain."""
+        from django_workhorse.models import WorkerRecord
+        from tests.worker_tasks import wait_for
+
+        wait_for(
+            lambda: self.popen.poll() is not None or WorkerRecord.objects.filter(pid=self.pid).exists(),
+            timeout,
+            what=f"worker process {self.pid} to register",
+        )
+        self.popen.terminate()
+
     def wait(self, timeout: float = 60) -> int:
         try:
             return self.popen.wait(timeout)

@@ -71,7 +71,7 @@ def test_a_half_open_breaker_admits_exactly_probes_canaries_across_processes(spa
             what="every job to succeed",
         )
         for worker in workers:
-            worker.popen.terminate()
+            worker.terminate()
         for worker in workers:
             assert worker.wait() == 0, worker.output()
         assert fake.count() == JOBS

@@ -4,7 +4,6 @@ on the old worker; with the old worker alone, the X jobs wait and are reported."
 
 from __future__ import annotations
 
-import signal
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
@@ -79,7 +78,7 @@ def test_with_the_old_worker_process_alone_x_jobs_wait_and_are_reported(spawn):
     [row] = WorkerRecord.objects.filter(pid=old.pid)
     assert X not in row.job_types and Y in row.job_types
     assert [(f.queue, f.job_type, f.jobs) for f in stats.jobs_without_handler()] == [("default", X, 500)]
-    old.popen.send_signal(signal.SIGTERM)
+    old.terminate()
     assert old.wait() == 0, old.output()
 
     assert set(Job.objects.filter(pk__in=xs).values_list("status", "attempt")) == {(JobStatus.QUEUED, 0)}

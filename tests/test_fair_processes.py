@@ -51,7 +51,7 @@ def starts(ids: list[int]) -> list[object]:
 
 def stop(workers: list[WorkerProcess]) -> None:
     for worker in workers:
-        worker.popen.terminate()
+        worker.terminate()
     for worker in workers:
         assert worker.wait() == 0, worker.output()
 

@@ -74,7 +74,7 @@ def all_succeeded(count: int) -> bool:
 
 
 def stop(process: WorkerProcess) -> None:
-    process.popen.send_signal(signal.SIGTERM)
+    process.terminate()
     assert process.wait() == 0, process.output()
 
 

@@ -585,7 +585,7 @@ def test_in_multiprocess_mode_the_endpoint_adds_up_two_worker_processes(scraper,
         done = Job.objects.filter(queue="m-mp", status="succeeded")
         assert wait_for(lambda: done.count() == 40, timeout=120, what="40 jobs done by two workers")
         for worker in workers:
-            worker.popen.terminate()
+            worker.terminate()
             worker.popen.wait(60)
     pids = {path.stem.rsplit("_", 1)[-1] for path in metrics_dir.glob("*.db")}
 

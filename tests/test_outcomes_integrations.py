@@ -246,7 +246,7 @@ def test_jobs_snoozing_across_three_worker_processes_each_succeed_once_on_attemp
     done = Job.objects.filter(pk__in=ids, status=JobStatus.SUCCEEDED)
     wait_for(lambda: done.count() == len(ids), 120, what="every snoozing job to succeed")
     for worker in workers:
-        worker.popen.terminate()
+        worker.terminate()
     assert all(worker.wait() == 0 for worker in workers)
 
     rows = Job.objects.filter(pk__in=ids).values_list("attempt", "snoozes", "result")

@@ -7,7 +7,6 @@ after the resume every paused job runs exactly once.
 
 from __future__ import annotations
 
-import signal
 import sys
 import threading
 import time
@@ -86,6 +85,6 @@ def test_three_workers_claim_nothing_of_a_paused_queue_for_five_seconds_then_run
     claims = JobEvent.objects.filter(job_id__in=held, kind="claimed")
     assert sorted(claims.values_list("job_id", flat=True)) == sorted(held)  # each exactly once
     for worker in workers:
-        worker.popen.send_signal(signal.SIGTERM)
+        worker.terminate()
     for worker in workers:
         assert worker.wait() == 0, worker.output()

@@ -57,7 +57,7 @@ def _run(spawn: Callable[..., WorkerProcess], ids: list[int], timeout: float) ->
         what="every job to succeed",
     )
     for worker in workers:
-        worker.popen.terminate()
+        worker.terminate()
     for worker in workers:
         assert worker.wait() == 0, worker.output()
     starts = rate_tasks.starts()

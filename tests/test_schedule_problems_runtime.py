@@ -102,7 +102,7 @@ def test_a_worker_leaves_the_bad_schedules_out_and_runs_the_good_one_and_the_job
     assert samples[("workhorse_schedules_left_out", frozenset({("check", "workhorse.E208")}))] == 1
     assert samples[("workhorse_schedules_left_out", frozenset({("check", "workhorse.E205")}))] == 0
     assert {job.payload["order_id"] for job in good_ticks()} == {settings_bad_schedule.GOOD_ORDER_ID}
-    worker.popen.terminate()
+    worker.terminate()
     assert worker.wait() == 0, worker.output()
     output = worker.output()
     for line in LEFT_OUT:

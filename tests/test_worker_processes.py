@@ -78,7 +78,7 @@ def test_sigterm_lets_the_running_handler_finish(spawn):
     worker = spawn("--lease", "30")  # runs until stopped
     wait_for(lambda: handler_started(job_id), 60, what="the worker to start the handler")
 
-    worker.popen.send_signal(signal.SIGTERM)
+    worker.terminate()
 
     assert worker.wait() == 0, worker.output()
     job = Job.objects.get(pk=job_id)
@@ -93,7 +93,7 @@ def test_sigterm_releases_a_job_still_running_after_the_drain_timeout(spawn):
     worker = spawn("--lease", "300", "--drain-timeout", "0.2")
     wait_for(lambda: handler_started(job_id), 60, what="the worker to start the handler")
 
-    worker.popen.send_signal(signal.SIGTERM)
+    worker.terminate()
 
     assert worker.wait() == 0, worker.output()
     job = Job.objects.get(pk=job_id)

@@ -123,7 +123,7 @@ def check_runs(jobs: dict[str, int], killed: set[int], sink: str) -> Counter[str
 def stop_all(workers: list[WorkerProcess]) -> None:
     for worker in workers:
         if worker.popen.poll() is None:
-            worker.popen.send_signal(signal.SIGTERM)
+            worker.terminate()
     for worker in workers:
         if worker.popen.returncode is None:
             assert worker.wait() == 0, worker.output()

@@ -297,7 +297,8 @@ def test_going_back_with_a_waiting_step_fails_and_leaves_the_steps_in_place():
     try:
         with pytest.raises(IntegrityError, match="workhorse_job_status_check"):
             call_command("migrate", "workhorse", "0020", verbosity=0)
-        assert Job.objects.get(pk=step.pk).status == JobStatus.WAITING  # 0021's undoing rolled back whole
+        # 0021's undoing rolled back whole (the later migrations were undone, so read only the status).
+        assert Job.objects.filter(pk=step.pk).values_list("status", flat=True).get() == JobStatus.WAITING
     finally:
         call_command("migrate", "workhorse", verbosity=0)
     assert _schema() == AT_HEAD
