@@ -6,6 +6,7 @@ the parent. Real PostgreSQL; concurrency with real connections on threads."""
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
 import pytest
@@ -260,7 +261,12 @@ def test_the_releasing_statement_reads_jobs_by_primary_key_among_many_waiting_st
 
     text = "\n".join(plan)
     assert "workhorse_job_waiting_idx" not in text and "workhorse_job_lease_idx" not in text, text
-    assert "Rows Removed by Join Filter" not in text, text
+    # Linear plans only. The quadratic one joined each of the 999 children against every waiting
+    # step (about 20 million rows removed by its join filter); a plan that reads the 20,979 edges
+    # once, or hashes the 21,000 jobs once, is linear, and which one the planner picks depends on
+    # the server's version and statistics.
+    removed = sum(int(n) for n in re.findall(r"Rows Removed by Join Filter: (\d+)", text))
+    assert removed <= 2 * 21_000, text
     (released,) = [n for n, line in enumerate(plan) if line.strip() == "CTE released"]
     depth = len(plan[released]) - len(plan[released].lstrip())
     section = []  # the CTE's own subtree: the lines below it, indented deeper
@@ -268,8 +274,9 @@ def test_the_releasing_statement_reads_jobs_by_primary_key_among_many_waiting_st
         if len(line) - len(line.lstrip()) <= depth:
             break
         section.append(line)
-    # By primary key: an index scan, or a bitmap scan of one id per loop (the planner picks either).
-    assert "Index Scan using workhorse_job_pkey on workhorse_job" in "\n".join(section) or (
-        "Bitmap Index Scan on workhorse_job_pkey" in "\n".join(section)
-    ), text
+    # The released children are updated by primary key (an index or bitmap scan per id), or through
+    # one hash of the jobs; never by scanning the jobs once per child.
+    for line in section:
+        if "Seq Scan on workhorse_job " in line:
+            assert re.search(r"loops=1\)", line), text
     assert Job.objects.filter(pk__in=jobs.values(), status=JobStatus.QUEUED).count() == 999
