@@ -8,6 +8,7 @@ as the code that uses it.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -17,7 +18,7 @@ from typing import Any
 from django.apps import AppConfig
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
-from django.db import ProgrammingError, connections, transaction
+from django.db import DatabaseError, ProgrammingError, connections, transaction
 
 from django_workhorse import conf, sql
 from django_workhorse.admission import rate_limits
@@ -30,6 +31,8 @@ from django_workhorse.exceptions import InvalidArgumentError
 # Set while the commands that evaluate or show the schedules run the checks (see
 # schedule_problems_reported_elsewhere).
 _schedules_reported_elsewhere: ContextVar[bool] = ContextVar("workhorse_schedules_reported_elsewhere", default=False)
+
+logger = logging.getLogger(__name__)
 
 
 @register(Tags.database)
@@ -400,6 +403,9 @@ def _unknown_key_ids(alias: str, configured: list[str]) -> dict[str, int]:
                 for key_id, count in counts.items():
                     found[key_id] = found.get(key_id, 0) + count
     except ProgrammingError:  # undefined table or column: not migrated yet
+        return {}
+    except DatabaseError:  # unreachable: not checked (the worker waits for it, migrate says so)
+        logger.debug("workhorse.W005 not checked: database %r cannot be reached", alias, exc_info=True)
         return {}
     return found
 
