@@ -3,6 +3,7 @@ wake-up of a wait on a job's result.
 
     python benchmarks/workflows.py [--steps 1000] [--runs 5] [--waits 200] [--json out.json]
     python benchmarks/workflows.py --plain-only [--code DIR] [--runs 5]
+    python benchmarks/workflows.py --state-counts [--live 1000,10000] [--runs 5]
 
 Measured in one run, alternating, each on emptied tables:
 
@@ -20,6 +21,10 @@ Measured in one run, alternating, each on emptied tables:
 ``--plain-only`` runs only the independent jobs' execution (nobody waits: the cost the result
 notifications add to every outcome), with ``--code DIR`` another checkout's ``django_workhorse``
 (``git archive <commit> django_workhorse | tar -x -C DIR``) for a before/after comparison.
+
+``--state-counts`` measures what the ``workhorse_workflows`` gauge costs a scrape (at most one each
+5 s: the metrics' cache) and ``workhorse_status`` a call: ``stats.workflow_counts()`` with ``--live``
+live diamonds (4 steps each: the source queued, three waiting) and as many finished in the window.
 
 Uses DATABASE_URL, or the embedded PostgreSQL (database ``workhorse_bench``).
 """
@@ -169,6 +174,43 @@ def plain_only(runs: int, n: int) -> None:
           f"min {min(rates):.0f}, max {max(rates):.0f}")  # fmt: skip
 
 
+def state_counts(runs: int, sizes: list[int]) -> None:
+    """Time ``stats.workflow_counts()`` with ``size`` live and ``size`` recently finished diamonds."""
+    from django.db import connection
+
+    from django_workhorse import EnqueueRequest
+    from django_workhorse.operations import stats
+    from django_workhorse.workflows import Workflow
+
+    def diamonds(count: int) -> None:
+        for _ in range(count):
+            wf = Workflow("bench diamond")
+            wf.add("a", EnqueueRequest("bench.noop", PAYLOAD))
+            wf.add("b", EnqueueRequest("bench.noop", PAYLOAD), after=["a"])
+            wf.add("c", EnqueueRequest("bench.noop", PAYLOAD), after=["a"])
+            wf.add("d", EnqueueRequest("bench.noop", PAYLOAD), after=["b", "c"])
+            timed(wf.enqueue)
+
+    for size in sizes:
+        reset_tables()
+        diamonds(size)
+        seconds, done = run_worker()  # the first ``size`` finish: recent, in the window
+        assert done == 4 * size, done
+        diamonds(size)  # live: one queued source and three waiting steps each
+        with connection.cursor() as cursor:
+            cursor.execute("ANALYZE workhorse_job")
+        counts = stats.workflow_counts()
+        assert counts.running == size and counts.succeeded == size, counts
+        took = []
+        for _ in range(runs):
+            start = time.perf_counter()
+            stats.workflow_counts()
+            took.append(time.perf_counter() - start)
+        print(f"workflow_counts with {size} live and {size} finished diamonds ({8 * size} jobs), {runs} runs: "
+              f"median {statistics.median(took) * 1000:.1f} ms, min {min(took) * 1000:.1f}, "
+              f"max {max(took) * 1000:.1f}")  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=1000)
@@ -177,6 +219,8 @@ def main() -> None:
     parser.add_argument("--json", default=None)
     parser.add_argument("--plain-only", action="store_true", help="only the independent jobs' execution")
     parser.add_argument("--code", default=None, help="a folder holding the django_workhorse to measure")
+    parser.add_argument("--state-counts", action="store_true", help="only the workflow gauge's query")
+    parser.add_argument("--live", default="1000,10000", help="live workflows for --state-counts, comma-separated")
     args = parser.parse_args()
     setup_django(code=None if args.code is None else Path(args.code).resolve())
 
@@ -186,6 +230,9 @@ def main() -> None:
     n = args.steps
     if args.plain_only:
         plain_only(args.runs, n)
+        return
+    if args.state_counts:
+        state_counts(args.runs, [int(size) for size in args.live.split(",")])
         return
     samples: dict[str, list[float]] = {}
 
