@@ -31,6 +31,8 @@ from django_workhorse.exceptions import InvalidArgumentError
 # Set while the commands that evaluate or show the schedules run the checks (see
 # schedule_problems_reported_elsewhere).
 _schedules_reported_elsewhere: ContextVar[bool] = ContextVar("workhorse_schedules_reported_elsewhere", default=False)
+# Set while the worker's and the scheduler's start runs the checks (see stored_keys_left_out).
+_stored_keys_left_out: ContextVar[bool] = ContextVar("workhorse_stored_keys_left_out", default=False)
 
 logger = logging.getLogger(__name__)
 
@@ -378,13 +380,14 @@ def check_encryption_keys_needed(
     """Warn while stored values are sealed under a key id that WORKHORSE_ENCRYPTION no longer
     configures (workhorse.W005): they cannot be opened. Runs where Django runs database checks.
 
-    One statement per table, counting up to ``UNKNOWN_KEY_COUNT_CAP`` such values (it stops there; a
-    table with none is read once). Names the key ids and the count, never a key. A database whose
+    One statement per table, counting up to ``UNKNOWN_KEY_COUNT_CAP`` such values (it stops there;
+    with none it reads every encrypted job, their events and checkpoints, found through the partial
+    index of encrypted jobs, and the ledger once). Not within ``stored_keys_left_out()``. Names the key ids and the count, never a key. A database whose
     tables are not migrated yet is not checked.
     """
     setting = _configured("ENCRYPTION")
-    if encryption_problems(setting):
-        return []  # E014..E022 say what is wrong
+    if _stored_keys_left_out.get() or encryption_problems(setting):
+        return []  # left out at a worker's start; E014..E022 say what is wrong
     configured = sorted(setting["keys"]) if isinstance(setting, dict) else []
     warnings: list[CheckMessage] = []
     for alias in databases or []:
@@ -473,3 +476,19 @@ def _weak_metrics_token() -> list[CheckMessage]:
         "read from the environment or a secret store, not the code."
     )
     return [Warning(message, hint=hint, id="workhorse.W103")]
+
+
+@contextmanager
+def stored_keys_left_out() -> Iterator[None]:
+    """Leave check workhorse.W005 (values under an unconfigured key id) out of the checks run within the block.
+
+    For ``workhorse_worker`` and ``workhorse_scheduler``: it reads every encrypted value, which at a
+    worker's start would delay every rolling deploy by a read of the encrypted history; a job whose
+    value does not open fails that attempt, naming the key id. ``migrate`` and ``check --database``
+    still run it: the deploy step where a key is removed.
+    """
+    token = _stored_keys_left_out.set(True)
+    try:
+        yield
+    finally:
+        _stored_keys_left_out.reset(token)

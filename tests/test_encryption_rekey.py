@@ -350,6 +350,54 @@ def test_the_check_counts_up_to_its_cap_and_runs_only_with_database_checks(monke
     assert Tags.database in check_encryption_keys_needed.tags
 
 
+def test_the_worker_and_the_scheduler_leave_the_check_out_and_check_database_runs_it():
+    from django_workhorse.checks import stored_keys_left_out
+    from django_workhorse.management.commands.workhorse_worker import Command as WorkerCommand
+
+    with override_settings(WORKHORSE_ENCRYPTION=BEFORE):
+        enqueue_jobs(1)
+    with override_settings(WORKHORSE_ENCRYPTION=AFTER):
+        with stored_keys_left_out():
+            assert check_encryption_keys_needed(databases=["default"]) == []
+        (warning,) = check_encryption_keys_needed(databases=["default"])
+        assert warning.id == "workhorse.W005"
+        out = StringIO()
+        call_command("check", databases=["default"], stdout=out, stderr=out)
+        assert "workhorse.W005" in out.getvalue()
+        out = StringIO()
+        WorkerCommand(stdout=out, stderr=out).check(databases=["default"], display_num_errors=True)
+        assert "workhorse.W005" not in out.getvalue() and "System check identified no issues" in out.getvalue()
+
+
+def _plan_nodes(statement: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+    with connections["default"].cursor() as cursor:
+        cursor.execute("ANALYZE workhorse_job")
+        cursor.execute("ANALYZE workhorse_checkpoint")
+        cursor.execute("EXPLAIN (FORMAT JSON) " + statement, params)
+        nodes, found = [cursor.fetchone()[0][0]["Plan"]], []
+    while nodes:
+        node = nodes.pop()
+        found.append(node)
+        nodes.extend(node.get("Plans", []))
+    return found
+
+
+def test_the_check_reads_the_encrypted_jobs_through_their_index_not_the_clear_history():
+    clear = [EnqueueRequest("tests.rekey.work", {"n": n}) for n in range(1000)]
+    for _ in range(20):
+        enqueue_many(clear)
+    with override_settings(WORKHORSE_ENCRYPTION=BEFORE):
+        enqueue_jobs(5)
+    params = {"ids": [NEW], "cap": 100}
+    for table in (rekey_sql.JOBS, rekey_sql.CHECKPOINTS):
+        nodes = _plan_nodes(rekey_sql.unknown_statement(table), params)
+        assert any(node.get("Index Name") == "workhorse_job_encrypted_idx" for node in nodes), (table.name, nodes)
+        assert not [n for n in nodes if n["Node Type"] == "Seq Scan" and n.get("Relation Name") == "workhorse_job"]
+    with override_settings(WORKHORSE_ENCRYPTION=AFTER):
+        (warning,) = check_encryption_keys_needed(databases=["default"])
+        assert "(at least 5)" in warning.msg
+
+
 def test_the_check_skips_a_database_not_migrated_yet_and_leaves_its_connection_usable(monkeypatch):
     missing = rekey_sql.Table("workhorse_not_migrated", "", "TRUE", "t.id", (rekey_sql.Slot("value", "t.value", ""),))
     monkeypatch.setattr(rekey_sql, "TABLES", (missing,))

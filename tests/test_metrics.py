@@ -144,6 +144,18 @@ def test_each_enqueue_outcome_is_counted_once_under_its_queue_mode_and_outcome(s
     assert durations[labels(mode="idempotency")] == 2
 
 
+def test_encryption_asked_for_without_the_setting_is_counted_invalid(scraper):
+    from django_workhorse import EncryptionNotConfiguredError
+
+    before = scraper.samples()
+    with override_settings(WORKHORSE_ENCRYPTION=None):
+        with pytest.raises(EncryptionNotConfiguredError):
+            enqueue("tests.record", {"n": 1}, queue="m-sealed", encrypted=True)
+        with pytest.raises(EncryptionNotConfiguredError):
+            enqueue_many([EnqueueRequest("tests.record", {"n": 1}, EnqueueOptions(encrypted=True))])
+    assert changes(before, scraper.samples(), REQUESTS) == {per_job(queue="", mode="", outcome="invalid"): 2}
+
+
 def test_a_workflow_counts_each_step_under_the_mode_workflow_and_its_key_once(scraper):
     from django_workhorse import WorkflowDefinitionError
     from django_workhorse.workflows import Workflow

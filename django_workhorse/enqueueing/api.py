@@ -29,7 +29,12 @@ from django_workhorse.enqueueing.fingerprints import (
 )
 from django_workhorse.enqueueing.prepared import PreparedJob
 from django_workhorse.enqueueing.validation import CheckedOptions, check_caller_scope, prepare, resolve_options
-from django_workhorse.exceptions import EnqueueIdempotencyConflictError, EnqueueValidationError, KeyNotSettledError
+from django_workhorse.exceptions import (
+    EnqueueIdempotencyConflictError,
+    EnqueueValidationError,
+    InvalidArgumentError,
+    KeyNotSettledError,
+)
 from django_workhorse.models import Job
 from django_workhorse.observability import instruments, tracing
 from django_workhorse.observability.log_fields import enqueued_fields
@@ -84,7 +89,7 @@ def enqueue_with_result(
     try:
         resolved = resolve_options(options, option_kwargs, task_defaults(job_type))
         request = prepare(job_type, payload, check_caller_scope(resolved))
-    except EnqueueValidationError:
+    except InvalidArgumentError:  # EnqueueValidationError, EncryptionNotConfiguredError
         instruments.enqueue_refused("invalid", None)
         raise
     alias = _alias(using)
@@ -111,7 +116,7 @@ def enqueue_many(requests: Iterable[EnqueueRequest], *, using: str | None = None
         resolved: dict[tuple[int, str], EnqueueOptions] = {}
         limit = app_settings.MAX_PAYLOAD_BYTES
         prepared = [_prepare_entry(ordinal, entry, checked, resolved, limit) for ordinal, entry in enumerate(requests)]
-    except EnqueueValidationError:
+    except InvalidArgumentError:  # EnqueueValidationError, EncryptionNotConfiguredError
         instruments.enqueue_refused("invalid", None)
         raise
     alias = _alias(using)

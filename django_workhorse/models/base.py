@@ -62,6 +62,7 @@ JOB_WAITING_CHECK = "workhorse_job_waiting_check"
 JOB_WORKFLOW_STEP_UNIQ = "workhorse_job_workflow_step_uniq"
 JOB_WORKFLOW_IDX = "workhorse_job_workflow_idx"
 JOB_WAITING_IDX = "workhorse_job_waiting_idx"
+JOB_ENCRYPTED_IDX = "workhorse_job_encrypted_idx"
 DEPENDENCY_CHILD_PARENT_UNIQ = "workhorse_dependency_child_parent_uniq"
 # Django caps index names at 30 characters.
 DEPENDENCY_PARENT_IDX = "workhorse_dep_parent_idx"

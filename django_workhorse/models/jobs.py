@@ -19,6 +19,7 @@ from django_workhorse.models.base import (
     JOB_CONCURRENCY_SLOT_UNIQ,
     JOB_DEAD_IDX,
     JOB_DEADLINE_CHECK,
+    JOB_ENCRYPTED_IDX,
     JOB_FAIR_READY_IDX,
     JOB_FINISHED_IDX,
     JOB_LEASE_IDX,
@@ -236,6 +237,10 @@ class Job(models.Model):
                 name=JOB_WAITING_IDX,
                 condition=models.Q(status=JobStatus.WAITING),
             ),
+            # Encrypted jobs only (decision 0024), so clear jobs never enter it: check workhorse.W005
+            # and workhorse_rekey's census read the encrypted jobs (and, through them, their events and
+            # checkpoints) without reading a history of clear ones.
+            models.Index(fields=["id"], name=JOB_ENCRYPTED_IDX, condition=models.Q(cipher_salt__isnull=False)),
         ]
         constraints = [
             models.CheckConstraint(
