@@ -9,7 +9,7 @@ as the code that uses it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from datetime import timedelta
@@ -388,7 +388,7 @@ def check_encryption_keys_needed(
     setting = _configured("ENCRYPTION")
     if _stored_keys_left_out.get() or encryption_problems(setting):
         return []  # left out at a worker's start; E014..E022 say what is wrong
-    configured = sorted(setting["keys"]) if isinstance(setting, dict) else []
+    configured = sorted(setting["keys"]) if isinstance(setting, Mapping) else []  # E014 accepts any mapping
     warnings: list[CheckMessage] = []
     for alias in databases or []:
         found = _unknown_key_ids(alias, configured) if connections[alias].vendor == "postgresql" else {}

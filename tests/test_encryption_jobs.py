@@ -171,7 +171,7 @@ def test_encrypted_true_without_configuration_raises_and_writes_nothing():
             enqueue("tests.encryption.echo", {"secret": SECRET}, encrypted=True)
         assert Job.objects.count() == 0  # the transaction is still usable
     assert caught.value.field == "encrypted"
-    assert caught.value.bound == "WORKHORSE_ENCRYPTION configured"
+    assert str(caught.value) == "encrypted must be False or None while WORKHORSE_ENCRYPTION is not set, got True"
     with pytest.raises(EncryptionNotConfiguredError):
         enqueue_many([EnqueueRequest("tests.encryption.echo", {}, EnqueueOptions(encrypted=True))])
     with pytest.raises(EncryptionNotConfiguredError):
@@ -366,14 +366,14 @@ def test_the_result_bound_counts_the_envelope(bound):
     assert _job(clear).status == JobStatus.SUCCEEDED
 
 
-def test_a_payload_under_an_unknown_key_fails_its_attempts_and_the_worker_goes_on():
+def test_a_payload_under_an_unknown_key_fails_its_attempts_and_the_worker_goes_on(caplog):
     with override_settings(WORKHORSE_ENCRYPTION=encryption_setting(keys={"old": new_key()}, active="old")):
         lost = enqueue("tests.encryption.echo", {"secret": SECRET}, encrypted=True, max_attempts=2)
     with encrypted_settings:
         CALLS.clear()
         clear = enqueue("tests.encryption.echo", {"n": 1})
         worker = make_worker(concurrency=2)
-        with running(worker) as handle:
+        with caplog.at_level(logging.WARNING, logger="django_workhorse"), running(worker) as handle:
             wait_for(lambda: _job(lost).status == JobStatus.DEAD and _job(clear).status == JobStatus.SUCCEEDED)
             # the worker is still there: a job enqueued after runs too
             later = enqueue("tests.encryption.echo", {"n": 2}, encrypted=True)
@@ -387,6 +387,9 @@ def test_a_payload_under_an_unknown_key_fails_its_attempts_and_the_worker_goes_o
         'WORKHORSE_ENCRYPTION["keys"]'
     )
     assert {"secret": SECRET} not in CALLS.items()
+    # The logs show why (the value that did not open, the key id): it holds nothing of the payload.
+    dead = [r.getMessage() for r in caplog.records if r.getMessage().startswith(f"Job failed, dead id={lost} ")]
+    assert dead == [f"Job failed, dead id={lost} type=tests.encryption.echo attempt=2/2 no more attempts error={error}"]
 
 
 @encrypted_settings

@@ -211,6 +211,27 @@ def test_a_second_run_is_a_no_op_and_counts_what_is_already_under_the_active_key
     assert all(line.startswith("0 re-encrypted") for line in summary(out).values())
 
 
+def test_dry_run_says_which_values_no_configured_key_opens():
+    from types import MappingProxyType
+
+    with override_settings(WORKHORSE_ENCRYPTION=BEFORE):
+        enqueue_jobs(2)
+    with override_settings(WORKHORSE_ENCRYPTION=AFTER):
+        enqueue_jobs(1, start=2)
+        status, out, _ = rekey("--dry-run")
+    assert status == 0
+    assert out.splitlines()[:2] == [
+        f"workhorse_job: key {OLD}: 2 value(s) (key not configured: cannot be opened)",
+        f"workhorse_job: key {NEW}: 1 value(s) (active key)",
+    ]
+    # A setting given as another mapping than a dict reads its key ids alike.
+    with override_settings(WORKHORSE_ENCRYPTION=MappingProxyType(ROTATING)):
+        assert check_encryption_keys_needed(databases=["default"]) == []
+    with override_settings(WORKHORSE_ENCRYPTION=MappingProxyType(AFTER)):
+        (warning,) = check_encryption_keys_needed(databases=["default"])
+        assert f"key id(s) '{OLD}'" in warning.msg and "(at least 2)" in warning.msg
+
+
 def test_dry_run_counts_by_table_and_key_id_and_writes_nothing():
     with override_settings(WORKHORSE_ENCRYPTION=BEFORE):
         enqueue_jobs(3)

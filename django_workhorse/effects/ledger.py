@@ -34,7 +34,6 @@ from django_workhorse.exceptions import (
     EffectAlreadyDoneError,
     EffectInFlightError,
     EffectValidationError,
-    EncryptionNotConfiguredError,
     KeyNotSettledError,
 )
 from django_workhorse.models import EffectRecord
@@ -226,10 +225,7 @@ def _encrypts(scope: str, encrypted: Any) -> bool:
         raise EffectValidationError(field="encrypted", bound="True, False or None", value=encrypted)
     if encrypted is None:
         return encryption_keys.encrypts_all() or scope in encryption_keys.encrypted_scopes()
-    if encrypted and not encryption_keys.is_configured():
-        raise EncryptionNotConfiguredError(
-            field="encrypted", bound="False or None while WORKHORSE_ENCRYPTION is not set", value=True
-        )
+    encryption_keys.refuse_unconfigured(encrypted)
     return encrypted
 
 

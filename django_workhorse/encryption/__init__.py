@@ -16,6 +16,7 @@ from django_workhorse.encryption.envelope import (
 )
 from django_workhorse.encryption.keys import (
     active_key_id,
+    configured_key_ids,
     encrypted_scopes,
     encrypts_all,
     fingerprint_hmac,
@@ -24,6 +25,7 @@ from django_workhorse.encryption.keys import (
 
 __all__ = [
     "active_key_id",
+    "configured_key_ids",
     "describe",
     "described",
     "described_head",

@@ -12,8 +12,8 @@ import os
 from typing import Any
 
 from django_workhorse.encryption.envelope import FORMAT, is_envelope, seal, unseal
-from django_workhorse.encryption.keys import encrypts_all, is_configured
-from django_workhorse.exceptions import EncryptionNotConfiguredError
+from django_workhorse.encryption.keys import encrypts_all, refuse_unconfigured
+from django_workhorse.exceptions import DecryptionError
 
 SALT_BYTES = 16
 PAYLOAD = "payload"
@@ -36,8 +36,7 @@ def is_encrypted(requested: bool | None) -> bool:
     """
     if requested is None:
         return encrypts_all()
-    if requested is True and not is_configured():
-        raise EncryptionNotConfiguredError(field="encrypted", bound="WORKHORSE_ENCRYPTION configured")
+    refuse_unconfigured(requested)
     return bool(requested)
 
 
@@ -95,7 +94,11 @@ def is_sealed_text(stored: str) -> bool:
     return stored.startswith(f"{FORMAT}:")
 
 
-def shown_error(error: str, salt: bytes | None) -> str:
+def shown_error(error: str, salt: bytes | None, exception: BaseException | None = None) -> str:
     """Return what logs and traces may show of a job's error: an encrypted job's only as its size
-    (the handler's text may quote the payload it failed on)."""
-    return error if salt is None or not error else f"encrypted ({len(error.encode())} bytes)"
+    (the handler's text may quote the payload it failed on), unless the attempt failed because a
+    value did not open: a ``DecryptionError`` names the value, the job and the key id, and holds
+    nothing of any value, and an operator must see it where the job's other failures are seen."""
+    if salt is None or not error or isinstance(exception, DecryptionError):
+        return error
+    return f"encrypted ({len(error.encode())} bytes)"

@@ -141,9 +141,24 @@ def _material(text: str) -> bytes:
     return material
 
 
+def refuse_unconfigured(encrypted: bool | None) -> None:
+    """Raise ``EncryptionNotConfiguredError`` (field ``encrypted``) if ``encrypted`` is True while
+    ``WORKHORSE_ENCRYPTION`` is not set: the one refusal of every entry point that takes ``encrypted=``."""
+    if encrypted is True and not is_configured():
+        raise EncryptionNotConfiguredError(
+            field="encrypted", bound="False or None while WORKHORSE_ENCRYPTION is not set", value=True
+        )
+
+
 def is_configured() -> bool:
     """Whether ``WORKHORSE_ENCRYPTION`` is set (and well formed: a malformed one raises ``ImproperlyConfigured``)."""
     return keyring() is not None
+
+
+def configured_key_ids() -> frozenset[str]:
+    """Return the ids of every configured key (empty when ``WORKHORSE_ENCRYPTION`` is not set)."""
+    parsed = keyring()
+    return frozenset() if parsed is None else frozenset(parsed.keys)
 
 
 def active_key_id() -> str:

@@ -16,7 +16,7 @@ from django_workhorse.encryption import keys as encryption_keys
 from django_workhorse.encryption import sealed_json
 from django_workhorse.encryption.envelope import seal, unseal
 from django_workhorse.enqueueing.fingerprints import FIELD_DIGEST_HEX_CHARS, key_digest, request_digest
-from django_workhorse.exceptions import EncryptionNotConfiguredError, IdempotentViewError
+from django_workhorse.exceptions import IdempotentViewError
 from django_workhorse.sql.http_records import RecordKey
 
 BODY, HEADERS = "response_body", "response_headers"
@@ -27,10 +27,7 @@ def check_argument(encrypted: Any) -> None:
     while ``WORKHORSE_ENCRYPTION`` is not set (``EncryptionNotConfiguredError``)."""
     if encrypted is not None and not isinstance(encrypted, bool):
         raise IdempotentViewError(field="encrypted", bound="True, False or None", value=encrypted)
-    if encrypted and not encryption_keys.is_configured():
-        raise EncryptionNotConfiguredError(
-            field="encrypted", bound="False or None while WORKHORSE_ENCRYPTION is not set", value=True
-        )
+    encryption_keys.refuse_unconfigured(encrypted)
 
 
 def seals(scope: str, encrypted: bool | None) -> bool:

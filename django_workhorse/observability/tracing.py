@@ -204,7 +204,7 @@ def finished(span: Any, outcome: Outcome) -> None:
         if outcome.kind in OK_OUTCOMES:
             span.set_status(trace.Status(trace.StatusCode.OK))
         elif outcome.status != "succeeded":  # outcome.error is storable text already
-            error = shown_error(outcome.error, outcome.job.cipher_salt)
+            error = shown_error(outcome.error, outcome.job.cipher_salt, outcome.exception)
             span.set_status(trace.Status(trace.StatusCode.ERROR, error.partition("\n")[0] or outcome.status))
         if outcome.exception is not None and outcome.job.cipher_salt is None:  # its message may quote the payload
             _record_exception(span, outcome.exception)

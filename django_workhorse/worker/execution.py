@@ -298,7 +298,7 @@ def _log_finished(outcome: Outcome, status: str) -> None:
     if outcome.kind == "given_back":
         return  # logged when it was given back
     if status == "queued" and outcome.run_at is not None:
-        error = error_head(shown_error(outcome.error, job.cipher_salt))
+        error = error_head(shown_error(outcome.error, job.cipher_salt, outcome.exception))
         logger.warning(
             "Job failed, will retry id=%s type=%s attempt=%s/%s next run_at=%s error=%s",
             job.id,
@@ -310,7 +310,7 @@ def _log_finished(outcome: Outcome, status: str) -> None:
             extra={**fields, "run_at": outcome.run_at.isoformat(), "error": error},
         )
     elif status == "dead":
-        error = error_head(shown_error(outcome.error, job.cipher_salt))
+        error = error_head(shown_error(outcome.error, job.cipher_salt, outcome.exception))
         logger.error(
             "Job failed, dead id=%s type=%s attempt=%s/%s no more attempts error=%s"
             if outcome.kind != "failed"

@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from django_workhorse.encryption import active_key_id, is_configured
+from django_workhorse.encryption import active_key_id, configured_key_ids, is_configured
 from django_workhorse.management.progress import Progress
 from django_workhorse.operations.rekey import (
     DEFAULT_BATCH,
@@ -92,12 +92,17 @@ class Command(BaseCommand):
             )
 
     def _dry_run(self, database: str | None) -> None:
-        active = active_key_id()
+        active, configured = active_key_id(), configured_key_ids()
         for table, by_key in key_counts(using=database).items():
             if not by_key:
                 self.stdout.write(f"{table}: no encrypted values")
             for key_id, count in by_key.items():
-                state = "active key" if key_id == active else "would be re-encrypted"
+                if key_id == active:
+                    state = "active key"
+                elif key_id in configured:
+                    state = "would be re-encrypted"
+                else:
+                    state = "key not configured: cannot be opened"
                 self.stdout.write(f"{table}: key {key_id}: {count} value(s) ({state})")
 
     def _summary(self, reports: list[TableReport]) -> None:
