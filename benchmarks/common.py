@@ -70,6 +70,26 @@ def rate(count: int, work: Callable[[], Any]) -> float:
     return count / (time.perf_counter() - start)
 
 
+def fill(n: int, job_type: str = "bench.noop", payload: Any = PAYLOAD, *, per_call: int = 1000) -> None:
+    """Enqueue ``n`` jobs of ``job_type`` with ``enqueue_many``, ``per_call`` at a time (each call one
+    statement, in autocommit; at most 1,000)."""
+    from django_workhorse import EnqueueRequest, enqueue_many
+
+    for start in range(0, n, per_call):
+        enqueue_many([EnqueueRequest(job_type, payload) for _ in range(min(per_call, n - start))])
+
+
+def run_worker(concurrency: int = 8, batch: int = 50, poll_interval: float = 0.01) -> tuple[float, int]:
+    """Run one burst worker (``concurrency`` threads claiming ``batch`` at a time, in this process)
+    until no job is left; return its seconds and how many jobs succeeded."""
+    from django_workhorse.worker import Worker
+
+    worker = Worker(concurrency=concurrency, batch=batch, burst=True, listen_using=None, poll_interval=poll_interval)
+    began = time.perf_counter()
+    stats = worker.run()
+    return time.perf_counter() - began, stats.finished.get("succeeded", 0)
+
+
 def median_of(runs: int, measure: Callable[[], float]) -> dict[str, float]:
     """Run ``measure`` ``runs`` times; return the median, min and max."""
     values = [measure() for _ in range(runs)]
@@ -161,17 +181,22 @@ def observability(mode: str) -> None:
         trace.set_tracer_provider(provider)
 
 
-def alternating(runs: int, measures: dict[str, Callable[[], float]]) -> dict[str, dict[str, float]]:
+def alternating_values(runs: int, measures: dict[str, Callable[[], float]]) -> dict[str, list[float]]:
     """Run each of ``measures`` ``runs`` times, interleaved (ABAB..., then BABA... on odd rounds),
-    so drift in the machine falls on every measure alike; return each one's median, min and max."""
+    so drift in the machine falls on every measure alike; return each one's values, round by round."""
     values: dict[str, list[float]] = {label: [] for label in measures}
     order = list(measures)
     for round_ in range(runs):
         for label in order if round_ % 2 == 0 else reversed(order):
             values[label].append(measures[label]())
+    return values
+
+
+def alternating(runs: int, measures: dict[str, Callable[[], float]]) -> dict[str, dict[str, float]]:
+    """``alternating_values``, summed up: each measure's median, min and max."""
     return {
         label: {"median": statistics.median(v), "min": min(v), "max": max(v), "runs": len(v)}
-        for label, v in values.items()
+        for label, v in alternating_values(runs, measures).items()
     }
 
 

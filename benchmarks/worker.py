@@ -20,9 +20,9 @@ import threading
 import time
 
 from common import (
-    PAYLOAD,
     dump,
     environment,
+    fill,
     median_of,
     observability_costs,
     print_table,
@@ -60,17 +60,13 @@ def main() -> None:
 
     from django.db import connection
 
-    from django_workhorse import EnqueueRequest, enqueue, enqueue_many, register
+    from django_workhorse import enqueue, register
     from django_workhorse.worker import Worker
 
     register("bench.noop", lambda payload: None)
     register("bench.io_10ms", lambda payload: time.sleep(0.01))  # releases the GIL, as I/O does
     started: dict[int, float] = {}
     register("bench.probe", lambda payload: started.setdefault(payload["i"], time.monotonic()))
-
-    def fill(n: int, job_type: str = "bench.noop") -> None:
-        for start in range(0, n, 1000):
-            enqueue_many([EnqueueRequest(job_type, PAYLOAD) for _ in range(min(1000, n - start))])
 
     def throughput(
         concurrency: int,

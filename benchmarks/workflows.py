@@ -40,7 +40,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from common import PAYLOAD, dump, environment, print_table, reset_tables, setup_django
+from common import PAYLOAD, dump, environment, fill, print_table, reset_tables, run_worker, setup_django
 
 CONCURRENCY, BATCH = 8, 50
 
@@ -76,15 +76,6 @@ def timed(work: Callable[[], Any]) -> float:
     with transaction.atomic():
         work()
     return time.perf_counter() - start
-
-
-def run_worker() -> tuple[float, int]:
-    from django_workhorse.worker import Worker
-
-    worker = Worker(concurrency=CONCURRENCY, batch=BATCH, burst=True, listen_using=None, poll_interval=0.01)
-    began = time.perf_counter()
-    stats = worker.run()
-    return time.perf_counter() - began, stats.finished.get("succeeded", 0)
 
 
 def wait_latencies(waits: int) -> tuple[list[float], list[float], dict[str, int]]:
@@ -160,14 +151,11 @@ def percentile(values: list[float], share: float) -> float:
 
 
 def plain_only(runs: int, n: int) -> None:
-    from django_workhorse import EnqueueRequest, enqueue_many
-
     rates = []
     for _ in range(runs):
         reset_tables()
-        for start in range(0, n, 1000):  # enqueue_many takes 1,000 requests at most
-            enqueue_many([EnqueueRequest("bench.noop", PAYLOAD)] * min(1000, n - start))
-        seconds, done = run_worker()
+        fill(n)
+        seconds, done = run_worker(CONCURRENCY, BATCH)
         assert done == n, done
         rates.append(n / seconds)
     print(f"run: independent jobs ({n}), {runs} runs: median {statistics.median(rates):.0f} jobs/s, "
@@ -252,17 +240,17 @@ def main() -> None:
 
         reset_tables()
         enqueue_many([EnqueueRequest("bench.noop", PAYLOAD)] * n)
-        seconds, done = run_worker()
+        seconds, done = run_worker(CONCURRENCY, BATCH)
         assert done == n, done
         add("run: independent jobs", n / seconds)
         reset_tables()
         timed(lambda: fan(n, None).enqueue())
-        seconds, done = run_worker()
+        seconds, done = run_worker(CONCURRENCY, BATCH)
         assert done == n, done
         add("run: fan-out/fan-in", n / seconds)
         reset_tables()
         timed(lambda: chain_of(100).enqueue())
-        seconds, done = run_worker()
+        seconds, done = run_worker(CONCURRENCY, BATCH)
         assert done == 100, done
         add("run: chain of 100", 100 / seconds)
 
