@@ -194,6 +194,9 @@ def test_the_key_id_is_authenticated_with_the_value():
         ("wh1:2026-12:" + "A" * 40 + "=", "2026-12"),  # padded
         ("wh1:2026-12:" + "A" * 39 + "+", "2026-12"),  # standard base64, not url-safe
         ("wh1:2026-12:" + "A" * 38 + "B", "2026-12"),  # 29 bytes, the last character's spare bits not zero
+        ("wh1:2026-12:" + "A" * 37 + "B", "2026-12"),  # 28 bytes, the last character's 4 spare bits not zero
+        ("wh1:2026-12:" + "A" * 37 + "I", "2026-12"),  # 28 bytes, only the highest spare bit set
+        ("wh1:2026-12:" + "A" * 38 + "C", "2026-12"),  # 29 bytes, only the lowest spare bit set
     ],
     ids=repr,
 )

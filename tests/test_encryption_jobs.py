@@ -225,6 +225,28 @@ def test_an_encrypted_keyed_request_replays_and_its_digests_are_keyed():
     assert digests["queue"] == keyed_field_digest(canonical_json("default")) != field_digest(canonical_json("default"))
 
 
+def test_the_cached_keyed_digests_follow_a_changed_fingerprint_key():
+    from django_workhorse.enqueueing.validation import prepare
+
+    def digests() -> dict[str, str]:
+        job = prepare("tests.encryption.echo", {"n": 1}, EnqueueOptions(idempotency=Idempotency("k"), encrypted=True))
+        assert job.binding is not None
+        return job.binding.field_digests
+
+    first, second = encryption_setting(), encryption_setting()
+    with override_settings(WORKHORSE_ENCRYPTION=first):
+        under_first = digests()
+        assert digests() == under_first  # the same shape again: from the cache
+    with override_settings(WORKHORSE_ENCRYPTION=second):
+        under_second = digests()
+    with override_settings(WORKHORSE_ENCRYPTION=first):
+        assert digests() == under_first
+    text = canonical_json("default")
+    assert under_first["queue"] != under_second["queue"]
+    with override_settings(WORKHORSE_ENCRYPTION=second):
+        assert under_second["queue"] == keyed_field_digest(text)
+
+
 @encrypted_settings
 def test_two_unkeyed_enqueues_of_one_payload_store_different_ciphertexts():
     first = _job(enqueue("tests.encryption.echo", {"secret": SECRET}, encrypted=True))

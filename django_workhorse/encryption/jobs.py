@@ -8,10 +8,9 @@ another job or another field does not open.
 from __future__ import annotations
 
 import json
-import os
 from typing import Any
 
-from django_workhorse.encryption.envelope import FORMAT, is_envelope, seal, unseal
+from django_workhorse.encryption.envelope import FORMAT, is_envelope, random_bytes, seal, unseal
 from django_workhorse.encryption.keys import encrypts_all, refuse_unconfigured
 from django_workhorse.exceptions import DecryptionError
 
@@ -42,7 +41,7 @@ def is_encrypted(requested: bool | None) -> bool:
 
 def new_salt() -> bytes:
     """Return a fresh salt for an encrypted job."""
-    return os.urandom(SALT_BYTES)
+    return random_bytes(SALT_BYTES)
 
 
 def associated_data(field: str, salt: bytes) -> bytes:

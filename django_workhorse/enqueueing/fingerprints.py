@@ -14,7 +14,7 @@ from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
 
-from django_workhorse.encryption.keys import fingerprint_hmac
+from django_workhorse.encryption.keys import FingerprintKey, fingerprint_hmac
 
 # One encoder instance: building it per call costs more than encoding a small value.
 _CANONICAL = DjangoJSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
@@ -125,12 +125,15 @@ def field_digest(canonical_text: str) -> str:
     return hashlib.sha256(canonical_text.encode()).hexdigest()[:FIELD_DIGEST_HEX_CHARS]
 
 
-def keyed_field_digest(canonical_text: str) -> str:
-    """Return the short digest of one field of an encrypted request: HMAC-SHA256 under the fingerprint key.
+def keyed_field_digest(canonical_text: str, key: FingerprintKey | None = None) -> str:
+    """Return the short digest of one field of an encrypted request: HMAC-SHA256 under the fingerprint
+    key (``key``, or the configured one).
 
-    Raise ``EncryptionNotConfiguredError`` if ``WORKHORSE_ENCRYPTION`` is not set.
+    Raise ``EncryptionNotConfiguredError`` if ``key`` is None and ``WORKHORSE_ENCRYPTION`` is not set.
     """
-    return fingerprint_hmac(canonical_text.encode()).hex()[:FIELD_DIGEST_HEX_CHARS]
+    data = canonical_text.encode()
+    mac = fingerprint_hmac(data) if key is None else key.digest(data)
+    return mac.hex()[:FIELD_DIGEST_HEX_CHARS]
 
 
 def digest_fields(canonical_fields: Mapping[str, str]) -> dict[str, str]:

@@ -9,7 +9,7 @@ changed copy with ``dataclasses.replace``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django_workhorse.enqueueing.fingerprints import key_digest
@@ -68,9 +68,10 @@ class PreparedJob:
     rate_partition: str | None = None
     partition_key: str | None = None
     # An encrypted job (decision 0024): its salt (``payload_json`` is then the JSON string of the
-    # payload's envelope) and its plaintext payload's keyed digest, for a workflow's fingerprint.
+    # payload's envelope) and, unkeyed, its plaintext payload's JSON (never stored, never shown), to
+    # be digested only if a workflow's fingerprint asks for it (most unkeyed jobs never are).
     cipher_salt: bytes | None = None
-    payload_digest: str | None = None
+    plain_payload_json: str | None = field(default=None, repr=False)
 
 
 # The keyed-mode name of a request without a key, in metrics and traces.
