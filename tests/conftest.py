@@ -11,6 +11,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from django.core.servers import basehttp
 from django.db import connection, connections, transaction
 from hypothesis import HealthCheck, settings
 from psycopg import sql
@@ -29,6 +30,11 @@ _PROPERTY_DEFAULTS: dict[str, Any] = {
 settings.register_profile("ci", max_examples=60, **_PROPERTY_DEFAULTS)
 settings.register_profile("long", max_examples=3000, **_PROPERTY_DEFAULTS)
 settings.load_profile(os.environ.get("WORKHORSE_HYPOTHESIS_PROFILE", "ci"))
+
+# The live server's listen backlog: Django's runserver keeps 10, and tests send up to 32 requests at
+# once; on a loaded machine the connections past the backlog are retried by TCP after 1, 2, 4... s,
+# and a test waiting for all of them to arrive timed out.
+basehttp.WSGIServer.request_queue_size = 128
 
 WORKHORSE_TABLES = ("workhorse_job", "workhorse_binding", "workhorse_job_event")
 

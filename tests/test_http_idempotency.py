@@ -138,12 +138,14 @@ def test_32_concurrent_requests_with_one_key_make_one_order_and_one_job_and_get_
     threads = [threading.Thread(target=send, args=(i,), daemon=True) for i in range(32)]
     for thread in threads:
         thread.start()
-    # One request runs the view (held at the gate); the 31 others poll for it in their transactions.
-    wait_for(CONTROL.entered.is_set, what="the first request to enter the view")
-    wait_for(lambda: claim_statements_in_transaction() >= 31, timeout=30, what="31 requests waiting on the key")
-    CONTROL.gate.set()
-    for thread in threads:
-        thread.join(60)
+    try:
+        # One request runs the view (held at the gate); the 31 others poll for it in their transactions.
+        wait_for(CONTROL.entered.is_set, what="the first request to enter the view")
+        wait_for(lambda: claim_statements_in_transaction() >= 31, timeout=30, what="31 requests waiting on the key")
+    finally:  # a failure must not leave 32 requests in their transactions for the next tests
+        CONTROL.gate.set()
+        for thread in threads:
+            thread.join(60)
 
     assert all(isinstance(reply, Reply) for reply in replies), replies
     assert {reply.status for reply in replies} == {201}
