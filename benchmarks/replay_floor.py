@@ -1,11 +1,13 @@
-"""What one replay costs, layer by layer, beside the round-trip floor of the drivers, in one run.
+"""What one enqueue costs, layer by layer, beside the round-trip floor of the drivers, in one run.
 
     python benchmarks/replay_floor.py [--n 2000] [--rounds 7] [--asyncpg-python PATH] [--json out.json]
 
-A replay (a repeat of a live key) writes nothing and commits nothing: one round trip bounds it. Each
-round measures, in turn, ``n`` calls of: ``SELECT 1`` and the binding lookup on a raw psycopg
-connection (prepared), the enqueue function called on that connection, the same through Django's
-cursor, and ``enqueue()`` itself. With ``--asyncpg-python`` (a Python that has asyncpg, such as the
+A replay (a repeat of a live key) writes nothing and commits nothing: one round trip bounds it; an
+unkeyed enqueue in autocommit is one INSERT and its commit. Each round measures, in turn, ``n`` calls
+of: ``SELECT 1`` and the binding lookup on a raw psycopg connection (prepared); for a replay and for
+an unkeyed enqueue, the statement ``enqueue()`` sends, run on that connection with parameters built
+once (the floor), the same through ``sql.connection.execute`` (our path to the driver), ``prepare``
+alone (validation, canonical JSON, digests: no database), and ``enqueue()`` itself. With ``--asyncpg-python`` (a Python that has asyncpg, such as the
 peer benchmark's pgqueuer venv), ``SELECT 1`` and the same lookup through asyncpg run in a
 subprocess in the same round. Medians of the rounds, in microseconds per call.
 
@@ -55,16 +57,21 @@ def main() -> None:
     from django.db import connection
 
     from django_workhorse import Idempotency, enqueue_with_result, register
+    from django_workhorse.conf import app_settings
     from django_workhorse.enqueueing.validation import prepare, resolve_options
     from django_workhorse.sql import enqueue as enqueue_sql
     from django_workhorse.sql.connection import execute
+    from django_workhorse.sql.enqueue_rows import function_params, one_request_params
 
     register("noop", lambda payload: None)
     key = Idempotency(uuid.uuid4().hex)
     enqueue_with_result("noop", PAYLOAD, idempotency=key)
     request = prepare("noop", PAYLOAD, resolve_options(None, {"idempotency": key}))
     assert request.binding is not None
-    params = enqueue_sql._function_params(0, request, "workhorse")
+    channel = app_settings.NOTIFY_CHANNEL
+    params = function_params(0, request, channel)
+    unkeyed = prepare("noop", PAYLOAD, resolve_options(None, {}))
+    unkeyed_params = one_request_params((0, unkeyed), channel)
     lookup = "SELECT job_id FROM workhorse_binding WHERE scope = %s AND key_hash = %s"
     lookup_args = (request.binding.scope, request.binding.key_hash)
     connection.ensure_connection()
@@ -87,11 +94,24 @@ def main() -> None:
         "psycopg: SELECT 1 (round-trip floor)": lambda: per_call(on_raw("SELECT 1", None)),
         "psycopg: the binding lookup alone": lambda: per_call(on_raw(lookup, lookup_args)),
         "psycopg: the enqueue function (a replay)": lambda: per_call(on_raw(enqueue_sql.ENQUEUE_ONE, params)),
-        "Django cursor: the enqueue function": lambda: per_call(
+        "sql.connection.execute: the enqueue function": lambda: per_call(
             lambda: execute(connection.alias, enqueue_sql.ENQUEUE_ONE, params)
         ),
         "enqueue() replay, whole call": lambda: per_call(
             lambda: enqueue_with_result("noop", PAYLOAD, idempotency=Idempotency(key.key))
+        ),
+        "prepare() of the replay alone (no database)": lambda: per_call(
+            lambda: prepare("noop", PAYLOAD, resolve_options(None, {"idempotency": Idempotency(key.key)}))
+        ),
+        "psycopg: the unkeyed INSERT (floor of W1)": lambda: per_call(
+            on_raw(enqueue_sql.ENQUEUE_ONE_UNKEYED, unkeyed_params)
+        ),
+        "sql.connection.execute: the unkeyed INSERT": lambda: per_call(
+            lambda: execute(connection.alias, enqueue_sql.ENQUEUE_ONE_UNKEYED, unkeyed_params)
+        ),
+        "enqueue() unkeyed, whole call": lambda: per_call(lambda: enqueue_with_result("noop", PAYLOAD)),
+        "prepare() unkeyed alone (no database)": lambda: per_call(
+            lambda: prepare("noop", PAYLOAD, resolve_options(None, {}))
         ),
     }
     figures: dict[str, list[float]] = {label: [] for label in variants}
@@ -112,7 +132,7 @@ def main() -> None:
             figures["asyncpg: the binding lookup alone"].append(float(values["lookup"]))
 
     print("\n" + json.dumps(environment()))
-    print("\n### One replay, layer by layer (µs per call, median of rounds)\n")
+    print("\n### One enqueue, layer by layer (µs per call, median of rounds)\n")
     print("| layer | median | [min-max] |\n|---|---|---|")
     for label, values in figures.items():
         print(f"| {label} | **{statistics.median(values):,.0f}** | [{min(values):,.0f}-{max(values):,.0f}] |")
