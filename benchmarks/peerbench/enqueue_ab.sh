@@ -14,6 +14,6 @@ set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 export OUT="${OUT:-${TMPDIR:-/tmp}/peerbench/enqueue-ab-$(date -u +%Y%m%dT%H%M%SZ)}"
 export REPS="${ROUNDS:-10}" N="${N:-5000}" PEER_WORKLOADS="W1,W2,W5" PGBENCH_ONLY="COPY" PGBENCH_S="${PGBENCH_S:-4}"
-export PEERS="${PEERS:-workhorse pgqueuer workhorse_floor workhorse_floor_asyncpg pgbench}"
+export PEERS="${PEERS:-workhorse workhorse_async pgqueuer workhorse_floor workhorse_floor_asyncpg pgbench}"
 bash "$HERE/run.sh"
 python3 "$HERE/interleaved.py" "$OUT/results.jsonl" | tee "$OUT/interleaved.md"

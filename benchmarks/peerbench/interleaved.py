@@ -63,7 +63,8 @@ def ratio_cell(ours: dict[int, float], other: dict[int, float]) -> str:
 
 
 def report(records: list[dict], ours: str, peer: str) -> str:
-    producers = [ours, peer, *FLOORS]
+    present = {record.get("peer") for record in records}
+    producers = [ours, *[f"{ours}_async"] * (f"{ours}_async" in present), peer, *FLOORS]
     lines = [
         f"Rounds: {len({r['rep'] for r in records if 'rep' in r})}. Figures: median [first-third quartile] "
         "over the rounds; ratios are taken round by round.",
