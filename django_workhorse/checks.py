@@ -9,7 +9,7 @@ as the code that uses it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from datetime import timedelta
@@ -24,6 +24,7 @@ from django_workhorse import conf, sql
 from django_workhorse.admission import rate_limits
 from django_workhorse.admission.fair import QUEUE_OPTIONS
 from django_workhorse.conf import app_settings
+from django_workhorse.encryption.keys import configured_key_ids
 from django_workhorse.encryption.validation import setting_problems as encryption_problems
 from django_workhorse.enqueueing.validation import check_queue
 from django_workhorse.exceptions import InvalidArgumentError
@@ -388,7 +389,7 @@ def check_encryption_keys_needed(
     setting = _configured("ENCRYPTION")
     if _stored_keys_left_out.get() or encryption_problems(setting):
         return []  # left out at a worker's start; E014..E022 say what is wrong
-    configured = sorted(setting["keys"]) if isinstance(setting, Mapping) else []  # E014 accepts any mapping
+    configured = sorted(configured_key_ids())  # the setting is well formed here (or unset: none)
     warnings: list[CheckMessage] = []
     for alias in databases or []:
         found = _unknown_key_ids(alias, configured) if connections[alias].vendor == "postgresql" else {}

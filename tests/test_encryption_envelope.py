@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import base64
+import os
 import re
+import warnings
 from collections.abc import Iterator
 
 import pytest
@@ -20,6 +22,7 @@ from django_workhorse.encryption import (
     seal,
     unseal,
 )
+from django_workhorse.encryption.envelope import random_bytes
 from django_workhorse.exceptions import DecryptionError, EncryptionNotConfiguredError
 from tests.encryption import ACTIVE, assert_shows_no_key, encryption_setting, new_key
 
@@ -265,3 +268,21 @@ def test_any_single_byte_changed_anywhere_in_an_envelope_is_refused(plaintext, p
 
         with pytest.raises(DecryptionError):
             unseal(changed, associated_data=AD, what=WHAT)
+
+
+def test_a_forked_child_draws_other_nonces_and_salts_than_its_parent():
+    """random_bytes (OpenSSL's generator) is reseeded in a forked child: a child and its parent,
+    drawing right after the fork, never share bytes (a shared nonce under one key breaks AES-GCM)."""
+    read, write = os.pipe()
+    with warnings.catch_warnings():  # other tests' threads may still run: the child only draws and leaves
+        warnings.filterwarnings("ignore", message=".*fork.*", category=DeprecationWarning)
+        pid = os.fork()
+    if pid == 0:  # the child: draw, report, leave at once
+        os.write(write, random_bytes(32))
+        os._exit(0)
+    os.close(write)
+    parent = random_bytes(32)
+    child = os.read(read, 32)
+    os.waitpid(pid, 0)
+    os.close(read)
+    assert len(child) == 32 and child != parent

@@ -114,10 +114,10 @@ def described_head(head: str, length: int) -> str:
     in characters, never raising: for a listing that reads only the start of a long value."""
     if len(head) >= length:
         return described(head)
-    version, _, rest = head.partition(":")
-    key_id, colon, _ = rest.partition(":")
-    if version != FORMAT or not colon or not is_key_id(key_id):
+    header = _header(head)
+    if header is None or header[1] is None:
         return described(None)
+    key_id = header[0]
     data_bytes = (length - len(f"{FORMAT}:{key_id}:")) * 3 // 4
     return f"encrypted ({data_bytes - NONCE_BYTES - TAG_BYTES} bytes, key {key_id})"
 
@@ -129,14 +129,24 @@ def _parse(envelope: object, *, what: str) -> tuple[str, bytes]:
     return parts
 
 
-def _split(value: object) -> tuple[str, bytes] | None:
-    """The key id and the decoded nonce, ciphertext and tag of an envelope; None if it is not one."""
+def _header(value: object) -> tuple[str, str | None] | None:
+    """The key id a ``wh1:<key id>:<data>`` text names and its data part (None when the second colon
+    is missing); None if the text does not start with this format and a valid key id."""
     if not isinstance(value, str):
         return None
     version, _, rest = value.partition(":")
-    key_id, colon, text = rest.partition(":")
-    if version != FORMAT or not colon or not is_key_id(key_id):
+    key_id, colon, data = rest.partition(":")
+    if version != FORMAT or not is_key_id(key_id):
         return None
+    return key_id, data if colon else None
+
+
+def _split(value: object) -> tuple[str, bytes] | None:
+    """The key id and the decoded nonce, ciphertext and tag of an envelope; None if it is not one."""
+    header = _header(value)
+    if header is None or header[1] is None:
+        return None
+    key_id, text = header[0], header[1]
     data = _decode(text)
     return None if data is None or len(data) < NONCE_BYTES + TAG_BYTES else (key_id, data)
 
@@ -161,7 +171,5 @@ def _decode(text: str) -> bytes | None:
 
 def _readable_key_id(value: object) -> str | None:
     """The key id a malformed ``wh1`` envelope names, when it names a valid one: for the error."""
-    if not isinstance(value, str) or not value.startswith(f"{FORMAT}:"):
-        return None
-    key_id = value.split(":", 2)[1]
-    return key_id if is_key_id(key_id) else None
+    header = _header(value)
+    return None if header is None else header[0]

@@ -18,8 +18,8 @@ from django.db import router, transaction
 from django_workhorse import sql
 from django_workhorse.effects.ledger import result_associated_data
 from django_workhorse.encryption import active_key_id
-from django_workhorse.encryption.envelope import FORMAT, envelope_key_id, seal, unseal
-from django_workhorse.encryption.jobs import CHECKPOINT_PREFIX
+from django_workhorse.encryption.envelope import envelope_key_id, seal, unseal
+from django_workhorse.encryption.jobs import CHECKPOINT_PREFIX, is_sealed_text
 from django_workhorse.encryption.jobs import associated_data as job_associated_data
 from django_workhorse.exceptions import DecryptionError
 from django_workhorse.http import sealing
@@ -120,7 +120,7 @@ def _rekey_chunk(alias: str, table: Table, rows: Sequence[tuple[Any, ...]], *, a
     for row in rows:
         row_id, context = int(row[0]), row[1:width]
         for position, (slot, value) in enumerate(zip(table.slots, row[width:], strict=True)):
-            if not isinstance(value, str) or not value.startswith(f"{FORMAT}:") or _key_id(value) == active:
+            if not isinstance(value, str) or not is_sealed_text(value) or _key_id(value) == active:
                 continue
             handled += 1
             aad = _associated_data(table, slot.name, context)
