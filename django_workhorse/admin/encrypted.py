@@ -90,13 +90,13 @@ class EncryptedValues:
         )
 
     def _opened(self, envelope: Any, show: Callable[[], str]) -> str:
-        description = described(envelope)
+        """``show()`` for a user who may view it; else, or if it does not open, ``envelope`` described."""
         if not self.allowed:
-            return description
+            return described(envelope)
         try:
             shown = show()
         except DecryptionError as exc:
-            return f"{description}: does not open ({exc.reason})"
+            return f"{described(envelope)}: does not open ({exc.reason})"
         self.opened = True
         return shown
 
