@@ -94,6 +94,7 @@ class Waiting:
         self.value: Any = None
         self.error: BaseException | None = None
         self.waiters: list[listeners.Waiter] = []
+        self.reads: list[int] = []  # the job ids the waits read, in order (``slow_polls`` records them)
         self._call = call
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -135,10 +136,19 @@ def slow_polls(monkeypatch) -> Callable[[Callable[[], Any]], Waiting]:
         return waiter
 
     monkeypatch.setattr(listeners, "thread_waiter", recorded)
+    reads: list[int] = []
+    plain_read = workhorse_sql.awaiting.read_job
+
+    def recorded_read(alias: str, job_id: int) -> Any:
+        found = plain_read(alias, job_id)
+        reads.append(job_id)
+        return found
+
+    monkeypatch.setattr(workhorse_sql.awaiting, "read_job", recorded_read)
 
     def start(call: Callable[[], Any]) -> Waiting:
         handle = Waiting(call)
-        handle.waiters = created
+        handle.waiters, handle.reads = created, reads
         handle.start()
         # Notifications sent before LISTEN is in place are lost (the wait re-reads when it comes up,
         # a "connect" wake-up): a test that counts notifications acts only once it listens.
@@ -213,7 +223,8 @@ def test_wait_for_raises_job_failed_error_for_a_dead_job_with_its_error():
 def test_a_cancel_wakes_the_wait_which_raises_job_cancelled_error(slow_polls):
     job_id = enqueue("tests.record", {"n": 1})
     handle = slow_polls(lambda: wait_for(job_id, timeout=60))
-    poll_until(lambda: awaited(job_id), what="the wait's flag")
+    # Flagged, then read: a cancel committed between the two would end the wait at its read.
+    poll_until(lambda: awaited(job_id) and handle.reads, what="the wait's flag and first read")
 
     cancel(job_id)
 
@@ -289,7 +300,8 @@ def test_await_for_returns_the_result_woken_by_the_notification(monkeypatch):
 def test_a_wait_is_woken_by_the_notification_of_its_job_not_by_polling(slow_polls):
     job_id = enqueue("tests.record", {"n": 2})
     handle = slow_polls(lambda: wait_for(job_id, timeout=60))
-    poll_until(lambda: awaited(job_id), what="the wait's flag")
+    # Flagged, then read: a job that ended between the two would end the wait at its read.
+    poll_until(lambda: awaited(job_id) and handle.reads, what="the wait's flag and first read")
 
     run_worker()
 
